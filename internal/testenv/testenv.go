@@ -1,0 +1,47 @@
+// Package testenv holds helpers that decide whether a test can run in the
+// current environment. Tests that need root (network namespaces, tc netem)
+// or an external tool (tshark, ip) skip on a developer machine that lacks
+// them, but fail in CI (CI=true), where everything must run.
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+)
+
+// InCI reports whether the tests run under CI (CI=true).
+func InCI() bool { return os.Getenv("CI") == "true" }
+
+// skipOrFail skips the test outside CI and fails it in CI.
+func skipOrFail(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if InCI() {
+		t.Fatalf("required in CI: "+format, args...)
+	}
+	t.Skipf(format, args...)
+}
+
+// RequireRoot makes the test run only as root (needed for network
+// namespaces, veth and tc netem).
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		skipOrFail(t, "needs root")
+	}
+}
+
+// RequireTool makes the test run only when the named program is on PATH
+// and returns its path.
+func RequireTool(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		skipOrFail(t, "needs %s on PATH (run scripts/test.sh, which installs it)", name)
+	}
+	return p
+}
+
+// Short reports whether the test run asked for short mode; long soak
+// variants should shrink their iteration counts then.
+func Short() bool { return testing.Short() }

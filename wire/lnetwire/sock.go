@@ -44,9 +44,6 @@ const (
 	SockHelloMaxIPs = 16
 	// SockMsgHdrLen is the size of ksock_msg_hdr.
 	SockMsgHdrLen = 24
-	// sockLNetHdrLen is the nid4 lnet_hdr size that follows an LNET
-	// ksock_msg and forms a V1 HELLO.
-	sockLNetHdrLen = 72
 )
 
 // Zero-copy cookie values (lnet-wire.md §7.5, §7.6).

@@ -12,14 +12,10 @@ import (
 	"math/bits"
 )
 
-// socklnd magics and protocol versions (lnet-wire.md §4.2, §7.2).
+// socklnd protocol versions (lnet-wire.md §4.2, §7.2).
 const (
-	// SockMagicV1 is LNET_PROTO_TCP_MAGIC, the first word of a V1 HELLO,
-	// always little-endian.
-	SockMagicV1 uint32 = 0xEEBC0DED
-	// SockProtoMagic is LNET_PROTO_MAGIC, the first word of a V2+ HELLO,
-	// in the sender's byte order.
-	SockProtoMagic uint32 = 0x45726963
+	// The magics are SockLNDMagicV1 (V1 HELLO, always little-endian) and
+	// ProtoMagic (V2+ HELLO, in the sender's byte order).
 
 	// SockV1Major and SockV1Minor are the only V1 version numbers.
 	SockV1Major uint16 = 1
@@ -205,7 +201,7 @@ func ParseSockHelloPrefix(b []byte) (SockHelloPrefix, error) {
 	}
 	le := binary.LittleEndian.Uint32(b)
 	switch {
-	case le == SockMagicV1:
+	case le == SockLNDMagicV1:
 		major := binary.LittleEndian.Uint16(b[4:])
 		minor := binary.LittleEndian.Uint16(b[6:])
 		if major != SockV1Major || minor != SockV1Minor {
@@ -213,11 +209,11 @@ func ParseSockHelloPrefix(b []byte) (SockHelloPrefix, error) {
 			return SockHelloPrefix{Version: v}, &SockVersionError{Magic: le, Version: v}
 		}
 		return SockHelloPrefix{Version: SockProtoV1}, nil
-	case le == SockProtoMagic, bits.ReverseBytes32(le) == SockProtoMagic:
-		p := SockHelloPrefix{Swapped: le != SockProtoMagic}
+	case le == ProtoMagic, bits.ReverseBytes32(le) == ProtoMagic:
+		p := SockHelloPrefix{Swapped: le != ProtoMagic}
 		p.Version = p.order().Uint32(b[shVersion:])
 		if p.Version != SockProtoV2 && p.Version != SockProtoV3 {
-			return p, &SockVersionError{Magic: SockProtoMagic, Version: p.Version}
+			return p, &SockVersionError{Magic: ProtoMagic, Version: p.Version}
 		}
 		return p, nil
 	}
@@ -253,7 +249,7 @@ func (h *SockHello) Append(b []byte) []byte {
 	le := binary.LittleEndian
 	if h.Version == SockProtoV1 {
 		var f [SockHelloV1Len]byte
-		le.PutUint32(f[lhDestNID:], SockMagicV1)
+		le.PutUint32(f[lhDestNID:], SockLNDMagicV1)
 		le.PutUint16(f[lhDestNID+4:], SockV1Major)
 		le.PutUint16(f[lhDestNID+6:], SockV1Minor)
 		le.PutUint64(f[lhSrcNID:], h.SrcNID)
@@ -265,7 +261,7 @@ func (h *SockHello) Append(b []byte) []byte {
 		b = append(b, f[:]...)
 	} else {
 		var f [SockHelloV2Len]byte
-		le.PutUint32(f[shMagic:], SockProtoMagic)
+		le.PutUint32(f[shMagic:], ProtoMagic)
 		le.PutUint32(f[shVersion:], h.Version)
 		le.PutUint64(f[shSrcNID:], h.SrcNID)
 		le.PutUint64(f[shDstNID:], h.DstNID)

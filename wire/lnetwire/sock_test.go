@@ -88,7 +88,7 @@ func TestSockHelloSwapped(t *testing.T) {
 	// A V2 HELLO from a big-endian sender.
 	b := make([]byte, lnetwire.SockHelloV2Len+4)
 	be := binary.BigEndian
-	be.PutUint32(b[0:], lnetwire.SockProtoMagic)
+	be.PutUint32(b[0:], lnetwire.ProtoMagic)
 	be.PutUint32(b[4:], 2)
 	be.PutUint64(b[8:], 0x00020000C0A80101)
 	be.PutUint64(b[16:], 0x00020000C0A80102)

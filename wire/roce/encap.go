@@ -1,0 +1,157 @@
+package roce
+
+import (
+	"encoding/binary"
+	"net/netip"
+)
+
+// Encap describes the IP and UDP headers that will carry RoCEv2 packets
+// between two endpoints, as far as the ICRC covers them, so that a sender
+// (or a receiver on an ordinary UDP socket, which never sees the IP header)
+// can compute the ICRC without the real header. It holds a pre-masked
+// header template; computing an ICRC copies it to the stack and patches the
+// two length fields, so it allocates nothing. An Encap is immutable after
+// NewEncap except through SetIPv4ID; it is safe for concurrent use as long
+// as nobody calls SetIPv4ID concurrently.
+type Encap struct {
+	v6     bool
+	cfg    EncapConfig
+	prefix [v6Prefix]byte // FF×8 ‖ masked IP ‖ UDP with masked checksum; lengths patched per packet
+}
+
+// EncapConfig configures NewEncap.
+type EncapConfig struct {
+	// Src and Dst are the IP addresses and UDP ports. Both must be IPv4
+	// (IPv4-mapped IPv6 counts as IPv4) or both IPv6. Dst's port is
+	// normally UDPPort; a zero port means UDPPort.
+	Src, Dst netip.AddrPort
+	// IPv4ID is the IPv4 Identification the kernel will put on the wire.
+	// An unconnected UDP socket with IP_MTU_DISCOVER=IP_PMTUDISC_DO sends
+	// ID 0 with DF set, which is what the zero value describes.
+	IPv4ID uint16
+	// NoDF clears the IPv4 Don't Fragment flag (default: DF set).
+	NoDF bool
+	// TTL is the IPv4 TTL or IPv6 hop limit written by AppendFrame; 0
+	// means 64. It is masked out of the ICRC.
+	TTL uint8
+	// TOS is the IPv4 TOS or IPv6 traffic class for AppendFrame (masked
+	// out of the ICRC).
+	TOS uint8
+	// FlowLabel is the IPv6 flow label for AppendFrame (masked out of the
+	// ICRC).
+	FlowLabel uint32
+}
+
+// NewEncap validates c and precomputes the masked header template.
+func NewEncap(c EncapConfig) (Encap, error) {
+	src, dst := c.Src.Addr().Unmap(), c.Dst.Addr().Unmap()
+	if !src.IsValid() || !dst.IsValid() || src.Is4() != dst.Is4() {
+		return Encap{}, ErrBadAddress
+	}
+	if c.Dst.Port() == 0 {
+		c.Dst = netip.AddrPortFrom(c.Dst.Addr(), UDPPort)
+	}
+	if c.TTL == 0 {
+		c.TTL = 64
+	}
+	c.Src = netip.AddrPortFrom(src, c.Src.Port())
+	c.Dst = netip.AddrPortFrom(dst, c.Dst.Port())
+	e := Encap{v6: !src.Is4(), cfg: c}
+	fillLRHMask(e.prefix[:])
+	var udp []byte
+	if e.v6 {
+		ip := e.prefix[v6IP:v6UDP]
+		ip[0] = 0x6F
+		ip[1], ip[2], ip[3] = 0xFF, 0xFF, 0xFF
+		ip[6] = 17 // UDP
+		ip[7] = 0xFF
+		s, d := src.As16(), dst.As16()
+		copy(ip[8:24], s[:])
+		copy(ip[24:40], d[:])
+		udp = e.prefix[v6UDP:]
+	} else {
+		ip := e.prefix[v4IP:v4UDP]
+		ip[0] = 0x45
+		binary.BigEndian.PutUint16(ip[4:], c.IPv4ID)
+		if !c.NoDF {
+			ip[6] = 0x40
+		}
+		ip[9] = 17 // UDP
+		s, d := src.As4(), dst.As4()
+		copy(ip[12:16], s[:])
+		copy(ip[16:20], d[:])
+		maskIPv4(ip)
+		udp = e.prefix[v4UDP:]
+	}
+	binary.BigEndian.PutUint16(udp[0:], c.Src.Port())
+	binary.BigEndian.PutUint16(udp[2:], c.Dst.Port())
+	udp[6], udp[7] = 0xFF, 0xFF
+	return e, nil
+}
+
+// Config returns the configuration (with defaults filled in).
+func (e *Encap) Config() EncapConfig { return e.cfg }
+
+// IsIPv6 reports whether the packets travel over IPv6.
+func (e *Encap) IsIPv6() bool { return e.v6 }
+
+// SetIPv4ID changes the IPv4 Identification the ICRC assumes.
+func (e *Encap) SetIPv4ID(id uint16) {
+	e.cfg.IPv4ID = id
+	binary.BigEndian.PutUint16(e.prefix[v4IP+4:], id)
+}
+
+// HeaderLen returns the IP + UDP header length in front of each packet.
+func (e *Encap) HeaderLen() int {
+	if e.v6 {
+		return IPv6HeaderLen + UDPHeaderLen
+	}
+	return IPv4HeaderLen + UDPHeaderLen
+}
+
+// ICRC returns the ICRC of pkt, a RoCEv2 UDP payload (BTH through the
+// 4-byte ICRC trailer, whose contents are ignored). It returns 0 if pkt is
+// shorter than BTH + ICRC.
+func (e *Encap) ICRC(pkt []byte) uint32 {
+	if len(pkt) < MinPacketLen {
+		return 0
+	}
+	udpLen := uint16(UDPHeaderLen + len(pkt))
+	if e.v6 {
+		var buf [v6Prefix]byte
+		copy(buf[:v6BTH], e.prefix[:v6BTH])
+		binary.BigEndian.PutUint16(buf[v6IP+4:], udpLen) // payload length
+		binary.BigEndian.PutUint16(buf[v6UDP+4:], udpLen)
+		copy(buf[v6BTH:], pkt[:BTHSize])
+		buf[v6BTH+bthResv8a] = 0xFF
+		return finishICRC(buf[:], pkt)
+	}
+	var buf [v4Prefix]byte
+	copy(buf[:v4BTH], e.prefix[:v4BTH])
+	binary.BigEndian.PutUint16(buf[v4IP+2:], IPv4HeaderLen+udpLen) // total length
+	binary.BigEndian.PutUint16(buf[v4UDP+4:], udpLen)
+	copy(buf[v4BTH:], pkt[:BTHSize])
+	buf[v4BTH+bthResv8a] = 0xFF
+	return finishICRC(buf[:], pkt)
+}
+
+// SetICRC computes the ICRC of pkt and stores it in pkt's last 4 bytes
+// (little-endian, as rxe does). pkt must be at least MinPacketLen long
+// (Build's result always is); shorter input is left untouched.
+func (e *Encap) SetICRC(pkt []byte) {
+	if len(pkt) >= MinPacketLen {
+		putICRC(pkt, e.ICRC(pkt))
+	}
+}
+
+// VerifyICRC checks pkt's ICRC trailer. It returns nil, ErrTruncated or
+// ErrBadICRC.
+func (e *Encap) VerifyICRC(pkt []byte) error {
+	if len(pkt) < MinPacketLen {
+		return ErrTruncated
+	}
+	if binary.LittleEndian.Uint32(pkt[len(pkt)-ICRCSize:]) != e.ICRC(pkt) {
+		return ErrBadICRC
+	}
+	return nil
+}

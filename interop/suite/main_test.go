@@ -1,0 +1,81 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseCommands(t *testing.T) {
+	help := "usage: softib <command> [flags]\n\ncommands:\n  devinfo        show devices\n  rc_pingpong    RC pingpong\n\nRun 'softib <command> -h' for a command's flags.\n"
+	got := parseCommands(help)
+	if len(got) != 2 || !got["devinfo"] || !got["rc_pingpong"] {
+		t.Fatalf("got %v", got)
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	help := "Usage of rc_pingpong:\n  -addr string\n    \tlocal address\n  -c\tvalidate\n  -g int\n  -R, --rdma_cm  use CM\n"
+	got := parseFlags(help)
+	for _, f := range []string{"addr", "c", "g", "R", "rdma_cm"} {
+		if !got[f] {
+			t.Errorf("flag %s missing from %v", f, got)
+		}
+	}
+	if got["string"] || got["local"] {
+		t.Errorf("non-flags parsed: %v", got)
+	}
+}
+
+func TestSelectCases(t *testing.T) {
+	all := allCases()
+	sel := selectCases(all, []string{"rc_pingpong"})
+	if len(sel) == 0 {
+		t.Fatal("nothing selected")
+	}
+	for _, c := range sel {
+		if !strings.Contains(c.name, "rc_pingpong") {
+			t.Errorf("selected %q", c.name)
+		}
+	}
+	if len(selectCases(all, nil)) != len(all) {
+		t.Error("empty selection is not everything")
+	}
+	// Every case of the issue, both directions, is listed.
+	names := map[string]bool{}
+	for _, c := range all {
+		if names[c.name] {
+			t.Errorf("duplicate case %q", c.name)
+		}
+		names[c.name] = true
+	}
+	for _, want := range []string{"rc_pingpong 1B srv=rxe", "rc_pingpong 64KiB srv=softib", "ud_pingpong 1KiB srv=softib",
+		"perf atomic_bw srv=rxe", "perf read_lat srv=softib", "rping srv=rxe", "perf send_bw -R srv=softib"} {
+		if !names[want] {
+			t.Errorf("case %q missing", want)
+		}
+	}
+}
+
+func TestReport(t *testing.T) {
+	rs := []result{
+		{name: "a", status: "pass", dur: time.Second},
+		{name: "b", status: "FAIL", detail: "boom\nmore"},
+		{name: "c", status: "skip", detail: "skip: softib lacks c"},
+	}
+	var b bytes.Buffer
+	if f := report(&b, rs, 20*time.Second, false); f != 1 {
+		t.Fatalf("failures %d", f)
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if last := lines[len(lines)-1]; last != "1 passed, 1 failed, 1 skipped" {
+		t.Fatalf("last line %q", last)
+	}
+	if strings.Contains(b.String(), "more") {
+		t.Error("detail not cut to its first line")
+	}
+	if f := report(&b, rs, 0, true); f != 2 {
+		t.Fatalf("strict failures %d", f)
+	}
+}

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Interop suite: softib's tools against Linux rdma_rxe + rdma-core/perftest
+# running in a QEMU (TCG) guest. Run as root from anywhere:
+#
+#   bash scripts/interop.sh
+#
+# Installs the host packages it needs, builds or reuses the guest image
+# (interop/image.sh, cached under /var/tmp/softib-interop), boots the guest,
+# runs the suite (interop/suite) and prints its table, ending with
+# "N passed, N failed, N skipped". Exits non-zero on any failure. Failed
+# cases leave pcaps and logs in $INTEROP_ARTIFACTS
+# (default /tmp/softib-interop-artifacts).
+#
+# INTEROP_CASES=word,word runs only the cases whose name contains a word;
+# INTEROP_STRICT=1 counts skipped cases as failures.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/sbin:/sbin"
+t0=$(date +%s)
+
+if [ "$(id -u)" != 0 ]; then
+	echo "interop: needs root (network namespaces, tap, debootstrap)" >&2
+	exit 1
+fi
+
+# Host tools: binary -> Debian package.
+need=()
+for pair in qemu-system-x86_64:qemu-system-x86 qemu-img:qemu-utils debootstrap:debootstrap \
+	mkfs.ext4:e2fsprogs ip:iproute2 tcpdump:tcpdump tshark:tshark ping:iputils-ping; do
+	command -v "${pair%%:*}" >/dev/null || need+=("${pair#*:}")
+done
+if [ ${#need[@]} -gt 0 ]; then
+	echo "== interop: installing ${need[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
+	apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+art=${INTEROP_ARTIFACTS:-/tmp/softib-interop-artifacts}
+export INTEROP_ARTIFACTS=$art
+rm -rf "$art"
+mkdir -p "$art"
+
+echo "== interop: guest image"
+ti=$(date +%s)
+image=$(bash interop/image.sh)
+echo "== interop: image $image ready in $(($(date +%s) - ti)) s"
+
+echo "== interop: building the suite"
+go build -o /tmp/softib-interop-suite ./interop/suite
+
+# The suite tears the VM and namespace down itself on every exit path
+# (including SIGINT/SIGTERM); this trap catches what a hard kill leaves.
+suite_pid=
+cleanup() {
+	if [ -n "$suite_pid" ] && kill -0 "$suite_pid" 2>/dev/null; then
+		kill -TERM "$suite_pid" 2>/dev/null || true
+		wait "$suite_pid" 2>/dev/null || true
+	fi
+	local ns
+	for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep '^sibiop-' || true); do
+		pid=${ns#sibiop-}
+		# Only namespaces whose owner process is gone.
+		kill -0 "$pid" 2>/dev/null || ip netns del "$ns" 2>/dev/null || true
+	done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "== interop: running the suite"
+set +e
+/tmp/softib-interop-suite -image "$image" &
+suite_pid=$!
+wait "$suite_pid"
+rc=$?
+set -e
+suite_pid=
+echo "== interop: total $(($(date +%s) - t0)) s"
+if [ "$rc" != 0 ]; then
+	echo "== interop: artefacts (pcaps, logs) in $art"
+	exit "$rc"
+fi
+rm -rf "$art"

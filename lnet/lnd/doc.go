@@ -66,15 +66,20 @@
 //
 // # Concurrency
 //
-// The core never holds its locks while calling Send, Recv, EagerRecv,
-// Query or NotifyPeerDown; drivers may call Parse, Finalize and NotifyPeer
-// from any goroutine, including from inside Send or Recv.
+// The core never holds its locks while calling Send, Recv, EagerRecv or
+// NotifyPeerDown; drivers may call Parse, Finalize and NotifyPeer from any
+// goroutine, including from inside Send or Recv. Query is the exception:
+// the core calls it with its lock held (deciding whether to send to a peer
+// marked down), so Query must be quick, must not block, and must not call
+// back into the NI.
 //
 // # Change history
 //
 //   - v1 (initial): LND, Driver, NI, Msg, IOV, Host, Registry, Tunables,
 //     optional EagerReceiver, PeerQuerier, PeerDownNotifier,
 //     TunableDefaulter.
+//   - v1.1: Query may be called with the core lock held (see Concurrency);
+//     no signature changes.
 package lnd
 
 // Limits every driver must honour (lnet-wire.md §1.7).

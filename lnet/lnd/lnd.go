@@ -77,7 +77,8 @@ type EagerReceiver interface {
 
 // PeerQuerier is an optional Driver interface (lnd_query): it reports
 // when the driver last heard from nid, zero if never, so the core can judge
-// peer aliveness against the NI's PeerTimeout.
+// peer aliveness against the NI's PeerTimeout. The core calls Query with
+// its lock held: it must not block or call back into the NI.
 type PeerQuerier interface {
 	Query(nid lnetwire.NID) (lastAlive time.Time)
 }

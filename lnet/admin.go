@@ -1,0 +1,220 @@
+package lnet
+
+import (
+	"slices"
+	"time"
+
+	"softib/lnet/lnd"
+	"softib/wire/lnetwire"
+)
+
+// Globals are the instance-wide settings (lnetctl global show/set).
+type Globals struct {
+	// LocalNIDDistZero makes Dist report 0 (not 1) for local NIDs, like
+	// the lnet module's local_nid_dist_zero (default on).
+	LocalNIDDistZero bool
+	// TransactionTimeout is how long Ping waits when given no timeout
+	// (lnet_transaction_timeout; default 150 s as in Lustre 2.16).
+	TransactionTimeout time.Duration
+	// MaxInterfaces bounds the NIDs in ping replies the instance accepts
+	// (lnet_interfaces_max; default 200).
+	MaxInterfaces int
+}
+
+// DefaultGlobals returns the settings a zero Config gets.
+func DefaultGlobals() Globals {
+	return Globals{LocalNIDDistZero: true, TransactionTimeout: 150 * time.Second, MaxInterfaces: 200}
+}
+
+// withDefaults fills zero fields. LocalNIDDistZero cannot be told apart
+// from "unset", so a zero Globals means all defaults.
+func (g Globals) withDefaults() Globals {
+	if g == (Globals{}) {
+		return DefaultGlobals()
+	}
+	d := DefaultGlobals()
+	if g.TransactionTimeout <= 0 {
+		g.TransactionTimeout = d.TransactionTimeout
+	}
+	if g.MaxInterfaces <= 0 {
+		g.MaxInterfaces = d.MaxInterfaces
+	}
+	return g
+}
+
+// Globals returns the current global settings.
+func (in *Instance) Globals() Globals {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.globals
+}
+
+// SetGlobals replaces the global settings (zero fields take defaults).
+func (in *Instance) SetGlobals(g Globals) {
+	d := DefaultGlobals()
+	if g.TransactionTimeout <= 0 {
+		g.TransactionTimeout = d.TransactionTimeout
+	}
+	if g.MaxInterfaces <= 0 {
+		g.MaxInterfaces = d.MaxInterfaces
+	}
+	in.mu.Lock()
+	in.globals = g
+	in.mu.Unlock()
+}
+
+// Stats are the instance counters (struct lnet_counters_common plus a few
+// implementation ones).
+type Stats struct {
+	MsgsAlloc   uint64 // messages in use now
+	MsgsMax     uint64 // most messages in use at once
+	Errors      uint64 // messages that failed
+	SendCount   uint64 // messages sent successfully
+	RecvCount   uint64 // messages received and delivered
+	RouteCount  uint64 // messages forwarded (always 0: no routing)
+	DropCount   uint64 // messages dropped (unmatched, not for us, peer down)
+	SendLength  uint64
+	RecvLength  uint64
+	RouteLength uint64
+	DropLength  uint64
+	Delayed     uint64 // PUTs that waited on a lazy portal
+	meCount     int
+}
+
+// Stats returns a snapshot of the counters (lnetctl stats show).
+func (in *Instance) Stats() Stats {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.stats
+}
+
+// ResetStats zeroes the counters except MsgsAlloc (lnetctl stats reset).
+func (in *Instance) ResetStats() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.stats = Stats{MsgsAlloc: in.stats.MsgsAlloc, MsgsMax: in.stats.MsgsAlloc, meCount: in.stats.meCount}
+}
+
+// NetInfo describes one NI (lnetctl net show -v; /sys/kernel/debug/lnet/nis).
+type NetInfo struct {
+	NID        lnetwire.NID
+	Net        lnetwire.Net
+	LND        string // "tcp", "o2ib", "lo"
+	Status     string // "up" or "down"
+	Interfaces []string
+	Tunables   lnd.Tunables
+	// TxCredits is the free NI credits (negative: messages queued),
+	// MinTxCredits its low-water mark, MaxTxCredits the configured total.
+	TxCredits    int
+	MinTxCredits int
+	MaxTxCredits int
+	Queued       int // messages waiting for an NI credit
+	SendCount    uint64
+	RecvCount    uint64
+	DropCount    uint64
+}
+
+// Nets lists the NIs, 0@lo first.
+func (in *Instance) Nets() []NetInfo {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	out := make([]NetInfo, 0, len(in.nis))
+	for _, ni := range in.nis {
+		st := "up"
+		if ni.down || !ni.ready {
+			st = "down"
+		}
+		out = append(out, NetInfo{
+			NID: ni.nid(), Net: ni.net(), LND: ni.net().Type().String(), Status: st,
+			Interfaces: slices.Clone(ni.cfg.Interfaces), Tunables: ni.ni.Tunables,
+			TxCredits: ni.txCredits, MinTxCredits: ni.minTxCredits, MaxTxCredits: ni.maxTxCredits,
+			Queued: ni.txq.n, SendCount: ni.sendCount, RecvCount: ni.recvCount, DropCount: ni.dropCount,
+		})
+	}
+	return out
+}
+
+// PeerInfo is one row of the peer table (/proc/sys/lnet/peers: nid refs
+// state last max rtr min tx min queue).
+type PeerInfo struct {
+	NID   lnetwire.NID
+	NI    lnetwire.NID // local NI used to reach it
+	Refs  int          // messages using the peer, plus the table's own
+	State string       // "up", "down", or "NA" when aliveness is off
+	// LastAlive is when it was last heard from (zero: never).
+	LastAlive    time.Time
+	MaxTxCredits int // peer_credits
+	TxCredits    int // free (negative: messages queued)
+	MinTxCredits int // low-water mark
+	QueueBytes   int64
+	QueueLen     int
+	PrimaryNID   lnetwire.NID
+}
+
+// Peers returns the peer table sorted by NID.
+func (in *Instance) Peers() []PeerInfo {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	out := make([]PeerInfo, 0, len(in.peers))
+	for _, p := range in.peers {
+		st := "up"
+		switch {
+		case !p.aliveness():
+			st = "NA"
+		case p.down:
+			st = "down"
+		}
+		pi := PeerInfo{
+			NID: p.nid, NI: p.ni.nid(), Refs: int(p.refs) + 1, State: st,
+			MaxTxCredits: int(p.maxTxCredits), TxCredits: int(p.txCredits), MinTxCredits: int(p.minTxCredits),
+			QueueBytes: p.txqnob, QueueLen: p.txq.n, PrimaryNID: p.nid,
+		}
+		if p.lastAlive > 0 {
+			pi.LastAlive = in.start.Add(time.Duration(p.lastAlive))
+		}
+		if prim, ok := in.primary[p.nid]; ok {
+			pi.PrimaryNID = prim
+		}
+		out = append(out, pi)
+	}
+	slices.SortFunc(out, func(a, b PeerInfo) int {
+		switch {
+		case a.NID < b.NID:
+			return -1
+		case a.NID > b.NID:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// DelPeer forgets an idle peer NI and tells its LND (lnetctl peer del).
+// It fails with ErrBusy while messages use it.
+func (in *Instance) DelPeer(nid lnetwire.NID) error {
+	in.mu.Lock()
+	p := in.peers[nid]
+	if p == nil {
+		in.mu.Unlock()
+		return ErrNoEnt
+	}
+	if p.refs > 0 || p.txq.n > 0 {
+		in.mu.Unlock()
+		return ErrBusy
+	}
+	delete(in.peers, nid)
+	delete(in.primary, nid)
+	ni := p.ni
+	ok := !ni.down
+	if ok {
+		ni.calls.Add(1)
+	}
+	in.mu.Unlock()
+	if ok {
+		if n, is := ni.drv.(lnd.PeerDownNotifier); is {
+			n.NotifyPeerDown(nid)
+		}
+		ni.calls.Done()
+	}
+	return nil
+}

@@ -1,0 +1,59 @@
+// Package lnet is a Go implementation of the Lustre LNet core, API
+// generation of Lustre 2.12 (event queues): network interfaces (NIs) over
+// pluggable LNDs, the portal table with match entries (MEs) and memory
+// descriptors (MDs), event queues (EQs), PUT/GET with ACK/REPLY, credits,
+// the peer table, and the ping responder. It is a library: each *Instance
+// is an independent LNet node; there is no global state.
+//
+// Drivers plug in through package lnet/lnd (see its documentation for the
+// contract); the loopback LND (0@lo) is always present. Wire formats are in
+// wire/lnetwire. Names follow Lustre: LNetMEAttach is (*Instance).MEAttach,
+// LNetPut is Put, LNetEQPoll is EQPoll, and so on.
+//
+// # Example
+//
+//	in, err := lnet.New(lnet.Config{
+//		LNDs: []lnd.LND{socklnd.New()},
+//		Nets: []lnet.NetConfig{{Net: lnetwire.MakeNet(lnetwire.SOCKLND, 0), Interfaces: []string{"eth0"}}},
+//	})
+//	if err != nil { ... }
+//	defer in.Close()
+//	eq, _ := in.EQAlloc(64, nil)
+//
+//	// Receive side: accept PUTs with match bits 0x42 from anyone on portal 10.
+//	me, _ := in.MEAttach(10, lnetwire.ProcessIDAny, 0x42, 0, lnet.AutoUnlink, lnet.InsAfter)
+//	buf := make([]byte, 1<<20)
+//	in.MDAttach(me, lnet.MD{Start: buf, Threshold: 1, Options: lnet.MDOpPut, EQ: eq}, lnet.AutoUnlink)
+//
+//	// Send side: PUT a buffer and ask for an ACK (threshold 2: SEND + ACK).
+//	h, _ := in.MDBind(lnet.MD{Start: data, Threshold: 2, EQ: eq}, lnet.AutoUnlink)
+//	peer := lnetwire.ProcessID{NID: lnetwire.MustParseNID("192.168.1.2@tcp"), PID: lnetwire.PIDLustre}
+//	in.Put(lnetwire.NIDAny, h, lnet.AckReqYes, peer, 10, 0x42, 0, 0)
+//
+//	for {
+//		ev, _, err := in.EQPoll([]*lnet.EQ{eq}, 5*time.Second)
+//		if err != nil { ... } // lnet.ErrTimeout, or lnet.ErrEQOverflow with a valid event
+//		if ev.Status != nil { ... } // the operation failed
+//		fmt.Println(ev.Type, ev.MLength) // SEND, then ACK (or PUT on the receiver)
+//	}
+//
+// # Semantics
+//
+// Matching follows lnet_try_match_md: an incoming PUT or GET matches an ME
+// when its initiator fits the ME's (possibly wildcard) NID and PID, when
+// ((me bits XOR request bits) AND NOT ignore bits) == 0, and when the MD
+// enables the operation; MEs are tried in list order. An MD offers its
+// bytes from a running local offset, or from the initiator's offset with
+// MDManageRemote; a request larger than the room left is truncated with
+// MDTruncate and dropped without it; MDMaxSize caps each operation.
+// Every operation decrements the threshold (unless ThreshInf); an
+// AutoUnlink MD goes away once exhausted and idle, its last event flagged
+// Unlinked. Explicitly unlinking an idle MD posts an UNLINK event.
+//
+// Sends take a peer credit and an NI credit and wait FIFO when either is
+// exhausted; credits go negative while messages wait, and the low-water
+// marks are reported by Nets and Peers. Status is carried end to end:
+// nothing is reported as success unless the LND delivered it and, for
+// incoming data, it matched; a failed send yields a SEND event with a
+// non-nil Status and no ACK or REPLY.
+package lnet

@@ -1,0 +1,405 @@
+package lnet
+
+// Message lifecycle (lib-move.c / lib-msg.c analogue):
+//
+//	Put/Get ──► sendLocked: pick NI and peer, take peer then NI credit
+//	             │  (no credit: wait FIFO on the peer's or NI's queue)
+//	             ▼
+//	           Driver.Send ──► ni.Finalize ──► finalize: return credits
+//	                                           (release queued messages),
+//	                                           SEND event, free
+//	Driver ──► ni.Parse ──► match ──► Driver.Recv ──► ni.Finalize ──►
+//	           finalize: PUT/REPLY/ACK event; a PUT wanting an ACK turns
+//	           into the ACK send; a matched GET turns into the REPLY send
+//	           whose completion posts the GET event.
+//
+// Messages are pooled; the steady-state path allocates nothing.
+
+import (
+	"sync"
+
+	"softib/lnet/lnd"
+	"softib/wire/lnetwire"
+)
+
+// message is the core's state of one LNet message (struct lnet_msg). All
+// fields are guarded by Instance.mu except while a driver owns it.
+type message struct {
+	lnd.Msg
+	ni   *netIface // NI it is sent or was received on
+	peer *peer     // peer NI (next hop) holding its credits
+	md   *libMD    // attached MD, nil if none
+
+	ev       Event // event to post on completion (hasEvent)
+	hasEvent bool
+	status   error // first failure
+
+	rx         bool // receiving (Parse → Recv → Finalize)
+	ackWanted  bool // received PUT: send an ACK after delivery
+	niCredit   bool // holds an NI tx credit
+	peerCredit bool // holds a peer tx credit
+	queued     bool // waiting on a credit queue
+	private    any  // driver rx context
+	rdmaReq    bool
+	from       lnetwire.NID // previous hop of a received message
+	mlen       int          // matched length of a received message
+	dropped    bool         // counted as a drop rather than an error
+
+	next *message // msgQueue link
+}
+
+// msgQueue is an intrusive FIFO of messages.
+type msgQueue struct {
+	head, tail *message
+	n          int
+}
+
+func (q *msgQueue) push(m *message) {
+	m.next = nil
+	if q.tail == nil {
+		q.head = m
+	} else {
+		q.tail.next = m
+	}
+	q.tail = m
+	q.n++
+}
+
+func (q *msgQueue) pop() *message {
+	m := q.head
+	if m == nil {
+		return nil
+	}
+	q.head = m.next
+	if q.head == nil {
+		q.tail = nil
+	}
+	m.next = nil
+	q.n--
+	return m
+}
+
+// removeIf unlinks and returns (as a chain through next) every message
+// for which keep is false.
+func (q *msgQueue) removeIf(drop func(*message) bool) *message {
+	var out msgQueue
+	var kept msgQueue
+	for m := q.pop(); m != nil; m = q.pop() {
+		if drop(m) {
+			out.push(m)
+		} else {
+			kept.push(m)
+		}
+	}
+	*q = kept
+	return out.head
+}
+
+var msgPool = sync.Pool{New: func() any { return new(message) }}
+
+// allocMsgLocked takes a message from the pool (lnet_msg_alloc).
+func (in *Instance) allocMsgLocked() *message {
+	m := msgPool.Get().(*message)
+	m.SetOwner(m)
+	in.stats.MsgsAlloc++
+	in.stats.MsgsMax = max(in.stats.MsgsMax, in.stats.MsgsAlloc)
+	return m
+}
+
+// freeMsgLocked returns m to the pool, clearing references.
+func (in *Instance) freeMsgLocked(m *message) {
+	in.stats.MsgsAlloc--
+	*m = message{}
+	msgPool.Put(m)
+}
+
+// msgOf recovers the core message from a driver-visible *lnd.Msg.
+func msgOf(lm *lnd.Msg) *message {
+	m, _ := lm.Owner().(*message)
+	return m
+}
+
+// sendResult says what to do with a message after sendLocked, outside the
+// lock.
+type sendResult uint8
+
+const (
+	sendQueued sendResult = iota // waiting for credits (or taken over)
+	sendReady                    // call Driver.Send
+	sendFail                     // finalize with the returned error
+)
+
+// sendLocked is lnet_send: choose the NI and peer for m (unless a
+// response already has them), then post it.
+func (in *Instance) sendLocked(m *message, self lnetwire.NID) (sendResult, error) {
+	if err := in.selectPathLocked(m, self); err != nil {
+		return sendFail, err
+	}
+	return in.postSendLocked(m)
+}
+
+// selectPathLocked sets m.ni, m.peer, the header's src NID and the LND
+// target. Local destinations (own NIDs and 0@lo) go through the loopback
+// NI; others through an NI on the destination's net (no routing). A
+// response (m.ni already set, from the request) goes back the way the
+// request came.
+func (in *Instance) selectPathLocked(m *message, self lnetwire.NID) error {
+	dst := m.Hdr.DestNID
+	var ni *netIface
+	nextHop := dst
+	switch {
+	case dst == lnetwire.NIDLo0 || in.byNID[dst] != nil:
+		ni = in.lo
+		nextHop = lnetwire.NIDLo0
+		m.Hdr.SrcNID = dst
+	case m.ni != nil && !m.ni.lo && m.ni.net() == dst.Net():
+		ni = m.ni
+		if m.from != 0 {
+			nextHop = m.from
+		}
+		m.Hdr.SrcNID = ni.nid()
+	default:
+		if self != lnetwire.NIDAny {
+			ni = in.byNID[self]
+			if ni == nil {
+				return ErrInvalid
+			}
+			if ni.net() != dst.Net() {
+				return ErrNoRoute
+			}
+		} else {
+			ni = in.bestNILocked(dst.Net())
+			if ni == nil {
+				return ErrNoRoute
+			}
+		}
+		m.Hdr.SrcNID = ni.nid()
+	}
+	if ni == nil || ni.down {
+		return lnd.ErrShutdown
+	}
+	m.ni = ni
+	m.peer = in.peerLocked(nextHop, ni)
+	m.peer.refs++
+	m.Msg.Target = lnetwire.ProcessID{NID: nextHop, PID: m.Hdr.DestPID}
+	return nil
+}
+
+// bestNILocked picks the up NI on net with the most free tx credits
+// (lnet_get_best_ni without health/NUMA), the first on ties.
+func (in *Instance) bestNILocked(net lnetwire.Net) *netIface {
+	var best *netIface
+	for _, ni := range in.nis {
+		if ni.down || !ni.ready || ni.net() != net {
+			continue
+		}
+		if best == nil || ni.txCredits > best.txCredits {
+			best = ni
+		}
+	}
+	return best
+}
+
+// postSendLocked is lnet_post_send_locked: peer credit first, then NI
+// credit; a message short of either waits FIFO on that queue.
+func (in *Instance) postSendLocked(m *message) (sendResult, error) {
+	ni, p := m.ni, m.peer
+	if ni.down {
+		return sendFail, lnd.ErrShutdown
+	}
+	if !in.peerAliveLocked(p) {
+		m.dropped = true
+		return sendFail, ErrPeerDown
+	}
+	if !m.peerCredit {
+		m.peerCredit = true
+		p.txCredits--
+		p.txqnob += int64(m.Payload.Len)
+		p.minTxCredits = min(p.minTxCredits, p.txCredits)
+		if p.txCredits < 0 {
+			m.queued = true
+			p.txq.push(m)
+			return sendQueued, nil
+		}
+	}
+	if !m.niCredit {
+		m.niCredit = true
+		ni.txCredits--
+		ni.minTxCredits = min(ni.minTxCredits, ni.txCredits)
+		if ni.txCredits < 0 {
+			m.queued = true
+			ni.txq.push(m)
+			return sendQueued, nil
+		}
+	}
+	m.queued = false
+	ni.calls.Add(1)
+	return sendReady, nil
+}
+
+// returnCreditsLocked is lnet_return_tx_credits_locked: give back m's
+// credits and post the next waiter of each queue; the messages that became
+// ready or failed are appended to out.
+func (in *Instance) returnCreditsLocked(m *message, out *[]pending) {
+	if m.niCredit {
+		m.niCredit = false
+		ni := m.ni
+		ni.txCredits++
+		if ni.txCredits <= 0 {
+			if next := ni.txq.pop(); next != nil {
+				r, err := in.postSendLocked(next)
+				*out = append(*out, pending{next, r, err})
+			}
+		}
+	}
+	if m.peerCredit {
+		m.peerCredit = false
+		p := m.peer
+		p.txCredits++
+		p.txqnob -= int64(m.Payload.Len)
+		if p.txCredits <= 0 {
+			if next := p.txq.pop(); next != nil {
+				r, err := in.postSendLocked(next)
+				*out = append(*out, pending{next, r, err})
+			}
+		}
+	}
+	if m.peer != nil {
+		m.peer.refs--
+		m.peer = nil
+	}
+}
+
+// pending is a message to act on after unlocking.
+type pending struct {
+	m   *message
+	r   sendResult
+	err error
+}
+
+// run hands ready messages to their driver and finalizes failed ones.
+func (in *Instance) runPending(ps []pending) {
+	for _, p := range ps {
+		in.afterSend(p.m, p.r, p.err)
+	}
+}
+
+// afterSend acts on a sendLocked result outside the lock.
+func (in *Instance) afterSend(m *message, r sendResult, err error) {
+	switch r {
+	case sendFail:
+		in.finalize(m, err)
+	case sendReady:
+		ni := m.ni
+		err := ni.drv.Send(&m.Msg)
+		ni.calls.Done()
+		if err != nil {
+			in.finalize(m, err)
+		}
+	}
+}
+
+// detachMDLocked is lnet_msg_detach_md: drop m's MD reference and post its
+// event with the final status, unlinking the MD if that was its last use.
+func (in *Instance) detachMDLocked(m *message, d *delivery) {
+	md := m.md
+	if md == nil {
+		return
+	}
+	m.md = nil
+	md.refs--
+	unlink := md.unlinkable()
+	if m.hasEvent && (md.eq != nil || md.user.Handler != nil) {
+		d.ev = m.ev
+		d.ev.Status = m.status
+		d.ev.Unlinked = unlink
+		d.queueLocked(md)
+	}
+	if unlink {
+		in.unlinkMDLocked(md)
+	}
+}
+
+// finalize is lnet_finalize: the driver (or the core) is done with m.
+func (in *Instance) finalize(m *message, status error) {
+	var d delivery
+	var buf [2]pending
+	ps := buf[:0]
+	var next pending
+	in.mu.Lock()
+	if m.status == nil {
+		m.status = status
+	}
+	if m.queued {
+		// Failed while waiting for credits (shutdown): it is no longer on
+		// a queue (the caller removed it).
+		m.queued = false
+	}
+	in.returnCreditsLocked(m, &ps)
+	switch {
+	case m.rx && m.status == nil && m.ackWanted:
+		// PUT delivered: post the PUT event, then reuse m for the ACK.
+		in.stats.RecvCount++
+		in.stats.RecvLength += uint64(m.mlen)
+		m.ni.recvCount++
+		in.detachMDLocked(m, &d)
+		in.prepAckLocked(m)
+		r, err := in.sendLocked(m, lnetwire.NIDAny)
+		next = pending{m, r, err}
+	default:
+		in.countDoneLocked(m)
+		in.detachMDLocked(m, &d)
+		in.freeMsgLocked(m)
+	}
+	in.mu.Unlock()
+	d.run()
+	in.runPending(ps)
+	if next.m != nil {
+		in.afterSend(next.m, next.r, next.err)
+	}
+}
+
+// countDoneLocked updates the counters for a message that is finished.
+func (in *Instance) countDoneLocked(m *message) {
+	switch {
+	case m.status != nil && m.dropped:
+		in.stats.DropCount++
+		in.stats.DropLength += uint64(max(m.mlen, m.Payload.Len))
+		in.stats.Errors++
+	case m.status != nil:
+		in.stats.Errors++
+	case m.rx:
+		in.stats.RecvCount++
+		in.stats.RecvLength += uint64(m.mlen)
+		if m.ni != nil {
+			m.ni.recvCount++
+		}
+	default:
+		in.stats.SendCount++
+		in.stats.SendLength += uint64(m.Payload.Len)
+		if m.ni != nil {
+			m.ni.sendCount++
+		}
+	}
+}
+
+// prepAckLocked turns a delivered PUT into its ACK (lnet_prep_send of an
+// ACK reusing the message): no MD, no event, back to the initiator.
+func (in *Instance) prepAckLocked(m *message) {
+	h := &m.Hdr
+	*h = lnetwire.Header{
+		Type:      lnetwire.MsgACK,
+		DestNID:   h.SrcNID,
+		DestPID:   h.SrcPID,
+		SrcPID:    in.pid,
+		WMD:       h.WMD,
+		MatchBits: h.MatchBits,
+		MLength:   uint32(m.mlen),
+	}
+	m.Type = lnetwire.MsgACK
+	m.Payload = lnd.IOV{}
+	m.rx = false
+	m.ackWanted = false
+	m.hasEvent = false
+	m.private = nil
+}

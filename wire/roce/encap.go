@@ -155,3 +155,16 @@ func (e *Encap) VerifyICRC(pkt []byte) error {
 	}
 	return nil
 }
+
+// ICRCFor returns the ICRC of pkt (BTH through the 4-byte ICRC slot) sent
+// from src to dst by an unconnected UDP socket with DF forced (IPv4 ID 0,
+// DF set), without a long-lived Encap. It returns 0 if the addresses are
+// invalid or of different families. For many packets to one destination,
+// keep an Encap instead; this costs one template fill per call.
+func ICRCFor(src, dst netip.AddrPort, pkt []byte) uint32 {
+	e, err := NewEncap(EncapConfig{Src: src, Dst: dst})
+	if err != nil {
+		return 0
+	}
+	return e.ICRC(pkt)
+}

@@ -206,6 +206,16 @@ func TestEncapAddresses(t *testing.T) {
 	if got := e.ICRC(pkt); got != 0xF936B217 {
 		t.Errorf("mapped ICRC = %#x", got)
 	}
+	src, dst := netip.MustParseAddrPort("127.0.0.1:51081"), netip.MustParseAddrPort("127.0.0.1:4791")
+	if got := roce.ICRCFor(src, dst, pkt); got != 0xF936B217 {
+		t.Errorf("ICRCFor = %#x", got)
+	}
+	if got := roce.ICRCFor(src, netip.MustParseAddrPort("[::1]:4791"), pkt); got != 0 {
+		t.Errorf("ICRCFor mixed families = %#x", got)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = roce.ICRCFor(src, dst, pkt) }); n != 0 {
+		t.Errorf("ICRCFor allocates %v", n)
+	}
 }
 
 func TestICRCAllocs(t *testing.T) {

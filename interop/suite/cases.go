@@ -23,8 +23,11 @@ const (
 	udSize    = 1024 // UD messages must fit the active MTU (1024 at 1500)
 	bwSize    = 4096
 	tcpPort   = 18515 // rdma-core pingpong and perftest out-of-band port
-	rpingPort = 7174
-	caseLimit = 90 * time.Second
+	// Guest-side time limits per case kind; the host allows each case
+	// hostSlack more before killing softib.
+	pingLimit = 30 * time.Second
+	perfLimit = 45 * time.Second
+	hostSlack = 15 * time.Second
 )
 
 // testCase is one row of the suite.
@@ -37,7 +40,9 @@ type testCase struct {
 	// needFlags are softib flags without which the case is skipped
 	// (e.g. "R" for perftest over RDMA CM).
 	needFlags []string
-	run       func(ctx context.Context, e *env, c *caseRun) error
+	// limit bounds the guest side; pingLimit when zero.
+	limit time.Duration
+	run   func(ctx context.Context, e *env, c *caseRun) error
 }
 
 // env is what cases share.
@@ -53,9 +58,13 @@ type env struct {
 type caseRun struct {
 	name string
 	dir  string // per-case work directory: pcap, outputs
-	log  bytes.Buffer
+	// limit bounds guest jobs of the case.
+	limit time.Duration
+	log   bytes.Buffer
 	// flags are the softib subcommand's flags, when it has one.
 	flags map[string]bool
+	// mtu is the path MTU the case asks for; 0 for the tools' default.
+	mtu int
 }
 
 func (c *caseRun) logf(format string, args ...any) {
@@ -73,14 +82,17 @@ func slug(name string) string {
 
 func (e *env) runCase(ctx context.Context, tc *testCase) result {
 	start := time.Now()
-	c := &caseRun{name: tc.name, dir: filepath.Join(e.opts.work, "cases", slug(tc.name))}
+	c := &caseRun{name: tc.name, dir: filepath.Join(e.opts.work, "cases", slug(tc.name)), limit: tc.limit}
+	if c.limit == 0 {
+		c.limit = pingLimit
+	}
 	_ = os.MkdirAll(c.dir, 0o755)
 	res := result{name: tc.name}
 	if err := e.precheck(ctx, tc, c); err != nil {
 		res.status, res.detail = "skip", err.Error()
 		return res
 	}
-	ctx, cancel := context.WithTimeout(ctx, caseLimit)
+	ctx, cancel := context.WithTimeout(ctx, c.limit+hostSlack)
 	defer cancel()
 	pcap := filepath.Join(c.dir, "tap.pcap")
 	capt, cerr := e.vm.Capture(ctx, pcap)
@@ -190,7 +202,7 @@ type pairSpec struct {
 // runPair runs a server and a client, one in the guest and one softib on
 // the host, and requires both to succeed.
 func (e *env) runPair(ctx context.Context, c *caseRun, p pairSpec) error {
-	guestLimit := caseLimit - 15*time.Second
+	guestLimit := c.limit
 	hostOut := filepath.Join(c.dir, "softib.out")
 	hf, err := os.Create(hostOut)
 	if err != nil {

@@ -16,6 +16,9 @@ func allCases() []*testCase {
 		{name: "harness host-guest ping", run: checkPing},
 		{name: "harness guest loopback rc_pingpong", run: checkLoopbackPingpong},
 		{name: "harness guest loopback ib_write_bw", run: checkLoopbackWriteBW},
+		{name: "harness guest loopback rping", run: checkLoopbackRping},
+		{name: "harness guest loopback ib_send_bw -R", run: checkLoopbackSendBWCM},
+		mtuCase(&testCase{name: "harness guest loopback rc_pingpong 64KiB", run: checkLoopbackPingpongMTU}),
 	}
 	for _, size := range []int{1, 4096, 65536} {
 		for _, s := range []side{rxeServer, softibServer} {
@@ -24,6 +27,13 @@ func allCases() []*testCase {
 	}
 	for _, s := range []side{rxeServer, softibServer} {
 		cs = append(cs, pingpongCase("ud", udSize, s))
+	}
+	// Path MTU 4096: tap and eth0 at MTU 9000 for the duration of the case.
+	for _, s := range []side{rxeServer, softibServer} {
+		cs = append(cs, mtuCase(pingpongCase("rc", 65536, s)))
+	}
+	for _, s := range []side{rxeServer, softibServer} {
+		cs = append(cs, mtuCase(pingpongCase("ud", 4096, s)))
 	}
 	for _, t := range []string{"send_bw", "write_bw", "read_bw", "atomic_bw", "send_lat", "write_lat", "read_lat"} {
 		for _, s := range []side{rxeServer, softibServer} {
@@ -84,6 +94,12 @@ func pingpongCase(kind string, size int, s side) *testCase {
 			if c.flags["c"] {
 				host = append(host, "-c")
 			}
+			if c.mtu != 0 && kind == "rc" {
+				// ud_pingpong takes the port's active MTU; rc_pingpong
+				// needs -m for the path MTU.
+				common += fmt.Sprintf(" -m %d", c.mtu)
+				host = append(host, "-m", fmt.Sprint(c.mtu))
+			}
 			guest := fmt.Sprintf("ibv_%s -d rxe0 %s", sub, common)
 			if s == rxeServer {
 				host = append(host, e.vm.GuestIP())
@@ -93,6 +109,26 @@ func pingpongCase(kind string, size int, s side) *testCase {
 			return e.runPair(ctx, c, pairSpec{server: s, guest: guest, host: host, port: tcpPort, check: checkIters(iters)})
 		},
 	}
+}
+
+// mtuCase runs tc with both ends of the tap at MTU 9000 (rxe's active MTU
+// becomes 4096) and both tools asked for path MTU 4096.
+func mtuCase(tc *testCase) *testCase {
+	inner := tc.run
+	tc.name += " mtu4096"
+	tc.run = func(ctx context.Context, e *env, c *caseRun) error {
+		if err := e.vm.SetMTU(ctx, 9000); err != nil {
+			return err
+		}
+		defer func() {
+			if err := e.vm.SetMTU(context.Background(), 1500); err != nil {
+				c.logf("restoring MTU 1500: %v", err)
+			}
+		}()
+		c.mtu = 4096
+		return inner(ctx, e, c)
+	}
+	return tc
 }
 
 // perfResultRE matches a perftest result row: #bytes, #iterations, then
@@ -119,6 +155,7 @@ func perfCase(test string, s side, rdmaCM bool) *testCase {
 		name:      name + " " + s.String(),
 		softib:    []string{"perf", test},
 		needFlags: need,
+		limit:     perfLimit,
 		run: func(ctx context.Context, e *env, c *caseRun) error {
 			args := []string{"-x", "1", "-n", fmt.Sprint(perfIters)}
 			if strings.HasSuffix(test, "_bw") && test != "atomic_bw" {
@@ -199,14 +236,15 @@ func checkPing(ctx context.Context, e *env, c *caseRun) error {
 func loopback(ctx context.Context, e *env, c *caseRun, server string, port int, client string) error {
 	script := fmt.Sprintf(`%s >srv.out 2>&1 &
 pid=$!
-wait_listen %d $pid || { cat srv.out; exit 1; }
+%s
+[ -e "$JOB_DIR/$JOB_ID.ready" ] || { cat srv.out; exit 1; }
 %s
 rc=$?
 wait $pid
 src=$?
 echo "--- server"; cat srv.out
 exit $((rc ? rc : src))
-`, server, port, client)
+`, server, readyWait(port), client)
 	r, err := e.vm.Run(ctx, "loopback", script, 60*time.Second)
 	c.logf("%s%s", r.Stdout, r.Stderr)
 	if err != nil {
@@ -227,9 +265,31 @@ func checkLoopbackPingpong(ctx context.Context, e *env, c *caseRun) error {
 	return checkIters(n)(c.log.String(), "")
 }
 
+func checkLoopbackPingpongMTU(ctx context.Context, e *env, c *caseRun) error {
+	const n = 10
+	args := fmt.Sprintf("-d rxe0 -g 1 -n %d -s 65536 -m %d -c", n, c.mtu)
+	if err := loopback(ctx, e, c, "ibv_rc_pingpong "+args, tcpPort, "ibv_rc_pingpong "+args+" "+e.vm.GuestIP()); err != nil {
+		return err
+	}
+	return checkIters(n)(c.log.String(), "")
+}
+
 func checkLoopbackWriteBW(ctx context.Context, e *env, c *caseRun) error {
 	args := fmt.Sprintf("-d rxe0 -F -x 1 -n %d -s %d", perfIters, bwSize)
 	if err := loopback(ctx, e, c, "ib_write_bw "+args, tcpPort, "ib_write_bw "+args+" "+e.vm.GuestIP()); err != nil {
+		return err
+	}
+	return checkPerf(c.log.String(), "")
+}
+
+func checkLoopbackRping(ctx context.Context, e *env, c *caseRun) error {
+	ip := e.vm.GuestIP()
+	return loopback(ctx, e, c, "rping -s -a "+ip+" -C 5 -V", 0, "rping -c -a "+ip+" -C 5 -V -v")
+}
+
+func checkLoopbackSendBWCM(ctx context.Context, e *env, c *caseRun) error {
+	args := fmt.Sprintf("-d rxe0 -F -R -x 1 -n %d -s %d", perfIters, bwSize)
+	if err := loopback(ctx, e, c, "ib_send_bw "+args, 0, "ib_send_bw "+args+" "+e.vm.GuestIP()); err != nil {
 		return err
 	}
 	return checkPerf(c.log.String(), "")

@@ -14,7 +14,9 @@
 // Environment: INTEROP_CASES=a,b selects the cases whose name contains any
 // of the comma-separated words; INTEROP_ARTIFACTS names the directory that
 // keeps pcaps and logs of failed cases; INTEROP_KEEP_PCAPS=1 keeps every
-// case's pcap; INTEROP_STRICT=1 counts skips as failures.
+// case's pcap; INTEROP_STRICT=1 counts skips as failures; INTEROP_BUDGET
+// (default 20m) bounds the run: cases not started by then fail unrun;
+// INTEROP_KEEP_WORK=1 keeps the work directory (all outputs, the job share).
 package main
 
 import (
@@ -49,6 +51,7 @@ type options struct {
 	list      bool
 	hold      bool
 	cpus      int
+	budget    time.Duration
 }
 
 func parseOptions() options {
@@ -63,6 +66,11 @@ func parseOptions() options {
 	flag.BoolVar(&o.list, "list", false, "list the cases and exit")
 	flag.BoolVar(&o.hold, "hold", false, "boot the VM, print how to reach it, and wait for SIGINT (debugging)")
 	flag.IntVar(&o.cpus, "cpus", 2, "guest vCPUs")
+	budget, err := time.ParseDuration(envOr("INTEROP_BUDGET", "20m"))
+	if err != nil {
+		budget = 20 * time.Minute
+	}
+	flag.DurationVar(&o.budget, "budget", budget, "time after boot start past which remaining cases fail unrun (INTEROP_BUDGET)")
 	flag.Parse()
 	for _, c := range strings.Split(cases, ",") {
 		if c = strings.TrimSpace(c); c != "" {
@@ -108,6 +116,10 @@ func run() int {
 	}
 	o.work = work
 	logf("work directory %s", work)
+	if os.Getenv("INTEROP_KEEP_WORK") != "1" {
+		// Failed cases were copied to the artefact directory already.
+		defer os.RemoveAll(work)
+	}
 
 	var sib *softib
 	if needsSoftib(selected) {
@@ -141,7 +153,14 @@ func run() int {
 		if ctx.Err() != nil {
 			break
 		}
-		r := e.runCase(ctx, c)
+		var r result
+		if time.Since(t0) > o.budget {
+			// Out of time: the case counts as failed, not skipped, so
+			// an overrun cannot hide anything.
+			r = result{name: c.name, status: "FAIL", detail: fmt.Sprintf("not run: suite budget %v used up", o.budget)}
+		} else {
+			r = e.runCase(ctx, c)
+		}
 		results = append(results, r)
 		logf("%-40s %s (%.1f s) %s", c.name, r.status, r.dur.Seconds(), firstLine(r.detail))
 	}

@@ -317,3 +317,41 @@ func (v *VM) Stop() {
 func (v *VM) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", v.cfg.Namespace, name}, args...)...)
 }
+
+// SetMTU sets the MTU of both ends of the tap (host tap, guest eth0) and
+// waits until rxe0 reports the matching active MTU (rxe follows netdev MTU
+// changes: 1500 gives 1024, 9000 gives 4096).
+func (v *VM) SetMTU(ctx context.Context, mtu int) error {
+	if err := runCmd(ctx, "ip", "-n", v.cfg.Namespace, "link", "set", v.cfg.Tap, "mtu", fmt.Sprint(mtu)); err != nil {
+		return err
+	}
+	want := ActiveMTU(mtu)
+	script := fmt.Sprintf(`ip link set eth0 mtu %d || exit 1
+for i in $(seq 1 100); do
+	ibv_devinfo -d rxe0 | grep -q "active_mtu:.*%d" && exit 0
+	nap 0.1
+done
+ibv_devinfo -d rxe0 >&2
+exit 1
+`, mtu, want)
+	r, err := v.Run(ctx, fmt.Sprintf("mtu%d", mtu), script, 30*time.Second)
+	if err != nil {
+		return err
+	}
+	if r.Code != 0 {
+		return fmt.Errorf("vm: guest MTU %d: rxe0 active MTU is not %d: %s", mtu, want, strings.TrimSpace(r.Stderr))
+	}
+	return nil
+}
+
+// ActiveMTU is the IB MTU rxe derives from a netdev MTU: the largest of
+// 256..4096 that fits after rxe's 80 bytes of header allowance.
+func ActiveMTU(netdevMTU int) int {
+	best := 0
+	for m := 256; m <= 4096; m *= 2 {
+		if m <= netdevMTU-80 {
+			best = m
+		}
+	}
+	return best
+}

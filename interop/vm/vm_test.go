@@ -61,3 +61,11 @@ func TestSanitize(t *testing.T) {
 		t.Fatal("not truncated")
 	}
 }
+
+func TestActiveMTU(t *testing.T) {
+	for _, c := range []struct{ netdev, want int }{{1500, 1024}, {9000, 4096}, {1104, 1024}, {1103, 512}, {1000, 512}, {4176, 4096}, {4175, 2048}} {
+		if got := ActiveMTU(c.netdev); got != c.want {
+			t.Errorf("ActiveMTU(%d) = %d, want %d", c.netdev, got, c.want)
+		}
+	}
+}

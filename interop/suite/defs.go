@@ -94,6 +94,10 @@ func pingpongCase(kind string, size int, s side) *testCase {
 			if c.flags["c"] {
 				host = append(host, "-c")
 			}
+			if c.mtu != 0 && c.flags["net-mtu"] {
+				// softib cannot see the tap's MTU from its socket.
+				host = append(host, "--net-mtu", "9000")
+			}
 			if c.mtu != 0 && kind == "rc" {
 				// ud_pingpong takes the port's active MTU; rc_pingpong
 				// needs -m for the path MTU.

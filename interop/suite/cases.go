@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -115,6 +116,9 @@ func (e *env) runCase(ctx context.Context, tc *testCase) result {
 		res.status = "pass"
 	}
 	_ = os.WriteFile(filepath.Join(c.dir, "case.log"), c.log.Bytes(), 0o644)
+	if res.status == "FAIL" {
+		decodePcap(pcap, filepath.Join(c.dir, "tap.txt"))
+	}
 	if res.status == "FAIL" || e.opts.keepPcaps {
 		e.saveArtifacts(c, res.status == "FAIL")
 	}
@@ -167,6 +171,21 @@ func (e *env) saveArtifacts(c *caseRun, failed bool) {
 		}
 		_ = copyFile(filepath.Join(c.dir, ent.Name()), filepath.Join(dst, ent.Name()))
 	}
+}
+
+// decodePcap writes tshark's one-line-per-frame decode of a failed case's
+// capture next to it, so CI artefacts can be read without Wireshark.
+func decodePcap(pcap, out string) {
+	if _, err := exec.LookPath("tshark"); err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := exec.CommandContext(ctx, "tshark", "-n", "-r", pcap, "-c", "5000").CombinedOutput()
+	if err != nil && len(b) == 0 {
+		return
+	}
+	_ = os.WriteFile(out, b, 0o644)
 }
 
 // side says who runs the server.

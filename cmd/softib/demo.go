@@ -1,0 +1,51 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"softib/tools/demo"
+	"softib/tools/devsel"
+	"softib/tools/progress"
+)
+
+func init() {
+	register(&command{name: "demo", summary: "two devices on loopback: RDMA write/read/send bandwidth and latency sweep", run: runDemo})
+}
+
+func runDemo(args []string) int {
+	fs := devsel.NewFlagSet("demo", os.Stderr)
+	asJSON := fs.Bool("json", false, "print the results as JSON")
+	short := fs.Bool("short", false, "fewer iterations (a quick check)")
+	gbits := fs.Bool("report_gbits", false, "report Gb/sec instead of MB/sec")
+	if _, code, ok := parseTool(fs, args, "demo [--json] [--short]"); !ok {
+		return code
+	}
+	cfg := demo.Config{Short: *short, Gbits: *gbits}
+	a, b, err := demo.OpenPair(cfg)
+	if err != nil {
+		return fail("demo", fmt.Errorf("%w (the demo binds 127.0.0.2 and 127.0.0.3, UDP 4791)", err))
+	}
+	defer a.Close()
+	defer b.Close()
+	bar := progress.New(os.Stderr, cfg.Runs())
+	cfg.Start, cfg.Step = bar.Start, bar.Step
+	ctx, cancel := toolContext()
+	defer cancel()
+	start := time.Now()
+	rows, err := demo.Sweep(ctx, a, b, cfg)
+	bar.Finish()
+	if err != nil {
+		return fail("demo", err)
+	}
+	if *asJSON {
+		if err := writeJSON(os.Stdout, map[string]any{"results": rows, "seconds": time.Since(start).Seconds()}); err != nil {
+			return fail("demo", err)
+		}
+		return 0
+	}
+	fmt.Printf("softib demo: rxe0 %s <-> rxe1 %s, RC, %.1f s\n\n", "127.0.0.2", "127.0.0.3", time.Since(start).Seconds())
+	demo.WriteTable(os.Stdout, rows)
+	return 0
+}

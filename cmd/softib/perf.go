@@ -1,0 +1,92 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"softib/tools/devsel"
+	"softib/tools/perftest"
+)
+
+// perfRDMACM is the RDMA CM mode of the perf tools (-R). The RDMA CM
+// layer sets it from a file of its own in this package; while it is nil,
+// -R is refused with a clear message.
+var perfRDMACM perftest.CMHook
+
+func init() {
+	names := make([]string, 0, 8)
+	for _, t := range perftest.Tests() {
+		names = append(names, t.String())
+	}
+	register(&command{name: "perf", summary: "perftest tools: perf " + strings.Join(names, "|"), run: runPerfDispatch})
+	for _, t := range perftest.Tests() {
+		register(&command{name: t.String(), summary: "ib_" + t.String() + " compatible (same as perf " + t.String() + ")",
+			run: func(args []string) int { return runPerf(t, args) }})
+	}
+}
+
+func runPerfDispatch(args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprintf(os.Stderr, "usage: softib perf <test> [flags] [server]\n\ntests:\n")
+		for _, t := range perftest.Tests() {
+			fmt.Fprintf(os.Stderr, "  %s\n", t)
+		}
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	t, ok := perftest.ParseTest(args[0])
+	if !ok {
+		fmt.Fprintf(os.Stderr, "softib perf: unknown test %q\n", args[0])
+		return 2
+	}
+	return runPerf(t, args[1:])
+}
+
+func runPerf(t perftest.Test, args []string) int {
+	name := "perf " + t.String()
+	fs := devsel.NewFlagSet(name, os.Stderr)
+	dev := devsel.NewOptions()
+	// -1: pick the IPv4-mapped GID as perftest does on RoCE.
+	dev.Register(fs, -1, "x", "gid-index")
+	cfg := perftest.Config{Test: t, CM: perfRDMACM}
+	pf := perftest.RegisterFlags(fs, &cfg)
+	asJSON := fs.Bool("json", false, "print the results as JSON (instead of the perftest table)")
+	pos, code, ok := parseTool(fs, args, name+" [flags] [server]   (no server: be the server)")
+	if !ok {
+		return code
+	}
+	if err := pf.Finish(pos); err != nil {
+		fmt.Fprintf(os.Stderr, "softib %s: %v\n", name, err)
+		return 2
+	}
+	if cfg.RDMACM && cfg.CM == nil {
+		return fail(name, fmt.Errorf("-R: RDMA CM mode not yet available in softib; run without -R (TCP exchange)"))
+	}
+	d, err := dev.Open()
+	if err != nil {
+		return fail(name, err)
+	}
+	defer d.Close()
+	cfg.Port, cfg.GIDIndex, cfg.PeerUDPPort = dev.Port(), dev.GIDIndex, dev.PeerPort()
+	var out io.Writer = os.Stdout
+	if *asJSON {
+		out = io.Discard
+	}
+	cfg.Out = out
+	ctx, cancel := toolContext()
+	defer cancel()
+	rows, err := perftest.Run(ctx, d, cfg)
+	if err != nil {
+		return fail(name, err)
+	}
+	if *asJSON {
+		if err := writeJSON(os.Stdout, map[string]any{"test": t.String(), "server": cfg.Host == "", "results": rows}); err != nil {
+			return fail(name, err)
+		}
+	}
+	return 0
+}

@@ -1,0 +1,236 @@
+// Package devsel is the device selection shared by every softib tool: the
+// flags that say which local address a Soft-RoCE device binds (--addr,
+// --port, env SOFTIB_ADDR) and the rdma-core compatible ones (-d device
+// name, -i IB port, -g/-x GID index), plus opening the device with error
+// messages that say what to do.
+package devsel
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"softib/verbs"
+)
+
+// EnvAddr is the environment variable that supplies the default --addr.
+const EnvAddr = "SOFTIB_ADDR"
+
+// DefaultUDPPort is the RoCEv2 UDP port (IANA 4791).
+const DefaultUDPPort = 4791
+
+// Options selects and configures the local device. The zero value means
+// the defaults: the address from SOFTIB_ADDR or the host's first
+// non-loopback IPv4 address, UDP port 4791, IB port 1, no GID index.
+type Options struct {
+	// Addr is the local IP address the device binds ("" = default).
+	Addr string
+	// UDPPort is the local UDP port (0 = 4791).
+	UDPPort uint
+	// PeerUDPPort is the UDP port of the peer device (0 = same as
+	// UDPPort). RoCEv2 has no way to tell a peer's port, so tools that
+	// talk to a softib device on a non-standard port need it.
+	PeerUDPPort uint
+	// Name is the device name (-d); "" means the first device ("rxe0").
+	Name string
+	// IBPort is the port number (-i); 0 means 1.
+	IBPort int
+	// GIDIndex is the source GID index (-g/-x); -1 means none.
+	GIDIndex int
+	// NetMTU is the link MTU the device assumes (0 = 1500).
+	NetMTU int
+	// BusyPoll makes the device spin on its socket for lower latency.
+	BusyPoll bool
+}
+
+// NewOptions returns Options with GIDIndex unset (-1).
+func NewOptions() *Options { return &Options{GIDIndex: -1} }
+
+// Register adds the device flags to fs. gidFlags names the GID index flags
+// of the tool ("g" for the pingpong tools, "x" for perftest); gidDefault is
+// the value they start with (-1 = none).
+func (o *Options) Register(fs *flag.FlagSet, gidDefault int, gidFlags ...string) {
+	fs.StringVar(&o.Addr, "addr", o.Addr, "local IP `address` the device binds (default $"+EnvAddr+", else the first non-loopback IPv4 address, else 127.0.0.1)")
+	fs.UintVar(&o.UDPPort, "udp-port", o.UDPPort, "local RoCEv2 UDP `port` (default 4791)")
+	fs.UintVar(&o.PeerUDPPort, "peer-udp-port", o.PeerUDPPort, "the peer device's RoCEv2 UDP `port` (default: same as --udp-port)")
+	for _, n := range []string{"d", "ib-dev"} {
+		fs.StringVar(&o.Name, n, o.Name, "device `name` (default rxe0)")
+	}
+	for _, n := range []string{"i", "ib-port"} {
+		fs.IntVar(&o.IBPort, n, 1, "IB `port` of the device")
+	}
+	o.GIDIndex = gidDefault
+	for _, n := range gidFlags {
+		fs.IntVar(&o.GIDIndex, n, gidDefault, "GID `index` (1 = the IPv4-mapped GID, as on Linux rxe)")
+	}
+	fs.IntVar(&o.NetMTU, "net-mtu", o.NetMTU, "link `MTU` the device assumes (default 1500; 4096-byte IB MTU needs 4176 or more)")
+	fs.BoolVar(&o.BusyPoll, "busy-poll", o.BusyPoll, "busy-poll the device socket (lower latency, one CPU spinning)")
+}
+
+// Port returns the IB port number (1 when unset).
+func (o *Options) Port() uint8 {
+	if o.IBPort <= 0 {
+		return 1
+	}
+	return uint8(o.IBPort)
+}
+
+// LocalAddr resolves the address to bind: Addr, else $SOFTIB_ADDR, else
+// the first non-loopback IPv4 address of the host, else 127.0.0.1.
+func (o *Options) LocalAddr() (netip.Addr, error) {
+	s := o.Addr
+	if s == "" {
+		s = os.Getenv(EnvAddr)
+	}
+	if s == "" {
+		return DefaultAddr(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("bad --addr %q: want an IP address such as 127.0.0.2", s)
+	}
+	return a.Unmap(), nil
+}
+
+// DefaultAddr returns the host's first non-loopback IPv4 address, or
+// 127.0.0.1 when there is none.
+func DefaultAddr() netip.Addr {
+	ifs, err := net.Interfaces()
+	if err == nil {
+		for _, ifc := range ifs {
+			if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
+				continue
+			}
+			addrs, err := ifc.Addrs()
+			if err != nil {
+				continue
+			}
+			for _, a := range addrs {
+				if pn, ok := a.(*net.IPNet); ok {
+					if ip, ok := netip.AddrFromSlice(pn.IP); ok && ip.Unmap().Is4() && !ip.IsLoopback() {
+						return ip.Unmap()
+					}
+				}
+			}
+		}
+	}
+	return netip.AddrFrom4([4]byte{127, 0, 0, 1})
+}
+
+// UDPPortOrDefault returns the local UDP port (4791 when unset).
+func (o *Options) UDPPortOrDefault() uint16 {
+	if o.UDPPort == 0 {
+		return DefaultUDPPort
+	}
+	return uint16(o.UDPPort)
+}
+
+// PeerPort returns the UDP port for address vectors toward the peer: 0
+// (meaning 4791) unless a non-standard port is in use.
+func (o *Options) PeerPort() uint16 {
+	p := o.PeerUDPPort
+	if p == 0 {
+		p = o.UDPPort
+	}
+	if p == 0 || p == DefaultUDPPort {
+		return 0
+	}
+	return uint16(p)
+}
+
+// Config returns the verbs.DeviceConfig for Open.
+func (o *Options) Config() (verbs.DeviceConfig, error) {
+	a, err := o.LocalAddr()
+	if err != nil {
+		return verbs.DeviceConfig{}, err
+	}
+	if o.UDPPort > 65535 || o.PeerUDPPort > 65535 {
+		return verbs.DeviceConfig{}, fmt.Errorf("UDP port out of range (0-65535)")
+	}
+	return verbs.DeviceConfig{Name: o.Name, Addr: a, Port: uint16(o.UDPPort), NetMTU: o.NetMTU, BusyPoll: o.BusyPoll}, nil
+}
+
+// Open opens the device the options describe and checks the IB port and
+// GID index. Errors explain the likely cause and the fix.
+func (o *Options) Open() (verbs.Device, error) {
+	cfg, err := o.Config()
+	if err != nil {
+		return nil, err
+	}
+	dev, err := verbs.Open(cfg)
+	if err != nil {
+		return nil, Explain(err, cfg)
+	}
+	if _, err := dev.QueryPort(o.Port()); err != nil {
+		dev.Close()
+		return nil, fmt.Errorf("device %s has no IB port %d (-i): %w", dev.Name(), o.Port(), err)
+	}
+	if o.GIDIndex >= 0 {
+		if _, err := o.GID(dev); err != nil {
+			dev.Close()
+			return nil, err
+		}
+	}
+	return dev, nil
+}
+
+// GID returns the local GID at the selected index, or the zero GID when
+// no index is selected. An empty table entry is an error that lists the
+// populated entries.
+func (o *Options) GID(dev verbs.Device) (verbs.GID, error) {
+	if o.GIDIndex < 0 {
+		return verbs.GID{}, nil
+	}
+	g, err := dev.QueryGID(o.Port(), o.GIDIndex)
+	if err != nil || g.IsZero() {
+		return verbs.GID{}, fmt.Errorf("GID index %d of %s port %d is empty%s; populated: %s (use 1 for the IPv4-mapped GID)",
+			o.GIDIndex, dev.Name(), o.Port(), errSuffix(err), gidList(dev, o.Port()))
+	}
+	return g, nil
+}
+
+func errSuffix(err error) string {
+	if err == nil {
+		return ""
+	}
+	return " (" + err.Error() + ")"
+}
+
+func gidList(dev verbs.Device, port uint8) string {
+	tbl, err := dev.GIDTable(port)
+	if err != nil || len(tbl) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, e := range tbl {
+		parts = append(parts, strconv.Itoa(e.Index)+"="+e.GID.Addr().String())
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Explain turns a failed verbs.Open into a message that names the
+// address and says what to try.
+func Explain(err error, cfg verbs.DeviceConfig) error {
+	port := cfg.Port
+	if port == 0 {
+		port = DefaultUDPPort
+	}
+	ap := netip.AddrPortFrom(cfg.Addr, port)
+	switch {
+	case errors.Is(err, verbs.ErrNoProvider):
+		return fmt.Errorf("no RDMA provider: %w", err)
+	case errors.Is(err, syscall.EADDRINUSE):
+		return fmt.Errorf("cannot bind %v: address in use — is another softib or the kernel rdma_rxe using it? use --udp-port or --addr (%w)", ap, err)
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return fmt.Errorf("cannot bind %v: no local interface has this address — pick one of this host's addresses with --addr or $%s (%w)", ap, EnvAddr, err)
+	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
+		return fmt.Errorf("cannot bind %v: permission denied (%w)", ap, err)
+	}
+	return fmt.Errorf("cannot open device on %v: %w", ap, err)
+}

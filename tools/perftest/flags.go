@@ -1,0 +1,77 @@
+package perftest
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Flags holds the command-line form of a Config; Register adds perftest's
+// flags (device flags come from devsel).
+type Flags struct {
+	cfg      *Config
+	duration int
+	atomic   string
+	conn     string
+	cpuFreq  bool
+}
+
+// RegisterFlags adds perftest's flags for cfg to fs.
+func RegisterFlags(fs *flag.FlagSet, cfg *Config) *Flags {
+	f := &Flags{cfg: cfg}
+	both := func(short, long string, fn func(name string)) {
+		fn(short)
+		fn(long)
+	}
+	both("s", "size", func(n string) { fs.IntVar(&cfg.Size, n, 0, "message `size` (BW 65536, latency 2, atomic 8)") })
+	both("n", "iters", func(n string) { fs.IntVar(&cfg.Iters, n, 0, "number of exchanges (write_bw 5000, others 1000)") })
+	both("D", "duration", func(n string) { fs.IntVar(&f.duration, n, 0, "run for this many `seconds` instead of -n") })
+	both("q", "qp", func(n string) { fs.IntVar(&cfg.QPs, n, 1, "number of QPs") })
+	both("m", "mtu", func(n string) { fs.IntVar(&cfg.MTU, n, 0, "path MTU in bytes (default: the port's active MTU)") })
+	both("a", "all", func(n string) { fs.BoolVar(&cfg.AllSizes, n, false, "run sizes from 2 to 2^23 bytes") })
+	both("t", "tx-depth", func(n string) { fs.IntVar(&cfg.TxDepth, n, 0, "send queue depth (BW 128, latency 1)") })
+	both("r", "rx-depth", func(n string) { fs.IntVar(&cfg.RxDepth, n, 0, "receive queue depth of send tests (512)") })
+	both("Q", "cq-mod", func(n string) { fs.IntVar(&cfg.CQMod, n, 0, "generate a completion every `N` sends (100)") })
+	both("o", "outs", func(n string) { fs.IntVar(&cfg.OutReads, n, 0, "outstanding reads/atomics (default: device maximum)") })
+	both("A", "atomic_type", func(n string) {
+		fs.StringVar(&f.atomic, n, "FETCH_AND_ADD", "atomic `type`: CMP_AND_SWAP or FETCH_AND_ADD")
+	})
+	both("F", "CPU-freq", func(n string) {
+		fs.BoolVar(&f.cpuFreq, n, false, "accepted for compatibility (softib uses the monotonic clock)")
+	})
+	fs.BoolVar(&cfg.ReportGbits, "report_gbits", false, "report Gb/sec instead of MB/sec")
+	both("p", "port", func(n string) { fs.IntVar(&cfg.TCPPort, n, DefaultTCPPort, "TCP `port` of the exchange") })
+	both("R", "rdma_cm", func(n string) { fs.BoolVar(&cfg.RDMACM, n, false, "connect QPs with RDMA CM") })
+	both("e", "events", func(n string) { fs.BoolVar(&cfg.Events, n, false, "sleep on CQ events instead of polling") })
+	both("c", "connection", func(n string) { fs.StringVar(&f.conn, n, "RC", "connection `type` (RC only)") })
+	return f
+}
+
+// Finish applies the parsed flags and the positional arguments (the
+// server address; none for a server) to the Config.
+func (f *Flags) Finish(args []string) error {
+	switch len(args) {
+	case 0:
+	case 1:
+		f.cfg.Host = args[0]
+	default:
+		return fmt.Errorf("too many arguments %q: want at most the server address", args)
+	}
+	if f.duration < 0 {
+		return fmt.Errorf("bad -D %d", f.duration)
+	}
+	f.cfg.Duration = time.Duration(f.duration) * time.Second
+	switch strings.ToUpper(f.atomic) {
+	case "FETCH_AND_ADD", "":
+		f.cfg.Atomic = FetchAndAdd
+	case "CMP_AND_SWAP":
+		f.cfg.Atomic = CmpAndSwap
+	default:
+		return fmt.Errorf("bad -A %q: use CMP_AND_SWAP or FETCH_AND_ADD", f.atomic)
+	}
+	if c := strings.ToUpper(f.conn); c != "RC" {
+		return fmt.Errorf("connection type %s not supported: softib's perftest runs RC", c)
+	}
+	return nil
+}

@@ -1,0 +1,484 @@
+package perftest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"softib/tools/internal/rdmautil"
+	"softib/verbs"
+)
+
+// Resources are the verbs objects of a run.
+type Resources struct {
+	Dev    verbs.Device
+	PD     verbs.PD
+	Engine *Engine
+	// Local and Remote are the per-QP keys of both ends.
+	Local  []Key
+	Remote []Key
+	// MTU is the negotiated path MTU; GIDIndex the source GID index.
+	MTU      verbs.MTU
+	GIDIndex int
+	OutReads int
+}
+
+// Close releases the resources.
+func (r *Resources) Close() {
+	if r.Engine != nil {
+		for _, qp := range r.Engine.QPs {
+			qp.Destroy()
+		}
+		if r.Engine.SendCQ != nil {
+			r.Engine.SendCQ.Destroy()
+		}
+		if r.Engine.RecvCQ != nil {
+			r.Engine.RecvCQ.Destroy()
+		}
+		if r.Engine.MR != nil {
+			r.Engine.MR.Dereg()
+		}
+	}
+	if r.PD != nil {
+		r.PD.Dealloc()
+	}
+}
+
+// accessFor returns the MR and QP access a verb's target needs.
+func accessFor(v Verb) (mr, qp verbs.AccessFlags) {
+	switch v {
+	case VerbWrite:
+		return verbs.AccessLocalWrite | verbs.AccessRemoteWrite, verbs.AccessRemoteWrite
+	case VerbRead:
+		return verbs.AccessLocalWrite | verbs.AccessRemoteRead, verbs.AccessRemoteRead
+	case VerbAtomic:
+		return verbs.AccessLocalWrite | verbs.AccessRemoteAtomic, verbs.AccessRemoteAtomic
+	}
+	return verbs.AccessLocalWrite, verbs.AccessRemoteWrite | verbs.AccessLocalWrite
+}
+
+// BestGIDIndex picks the source GID as perftest does on RoCE when -x is
+// not given: the first IPv4-mapped entry, else index 0.
+func BestGIDIndex(dev verbs.Device, port uint8) int {
+	tbl, err := dev.GIDTable(port)
+	if err != nil {
+		return 0
+	}
+	for _, e := range tbl {
+		if e.GID.IsIPv4() {
+			return e.Index
+		}
+	}
+	return 0
+}
+
+// NewResources creates PD, MR, CQs and QPs (in INIT) for cfg and fills
+// the local keys. cycle is the negotiated cycle buffer.
+func NewResources(dev verbs.Device, cfg *Config, mtu verbs.MTU, cycle, cacheLine int) (*Resources, error) {
+	res := &Resources{Dev: dev, MTU: mtu, GIDIndex: cfg.GIDIndex}
+	ok := false
+	defer func() {
+		if !ok {
+			res.Close()
+		}
+	}()
+	if res.GIDIndex < 0 {
+		res.GIDIndex = BestGIDIndex(dev, cfg.Port)
+	}
+	gid, err := dev.QueryGID(cfg.Port, res.GIDIndex)
+	if err != nil {
+		return nil, fmt.Errorf("query GID %d: %w", res.GIDIndex, err)
+	}
+	pa, err := dev.QueryPort(cfg.Port)
+	if err != nil {
+		return nil, fmt.Errorf("query port %d: %w", cfg.Port, err)
+	}
+	v := cfg.Test.Verb()
+	res.OutReads = 1
+	if v == VerbRead || v == VerbAtomic {
+		res.OutReads = dev.Query().MaxQPRdAtom
+		if cfg.OutReads > 0 && cfg.OutReads < res.OutReads {
+			res.OutReads = cfg.OutReads
+		}
+		res.OutReads = max(min(res.OutReads, 0xffff), 1)
+	}
+	if res.PD, err = dev.AllocPD(); err != nil {
+		return nil, fmt.Errorf("couldn't allocate PD: %w", err)
+	}
+	region := max(cfg.maxSize(), cycle)
+	region = (region + cacheLine - 1) / cacheLine * cacheLine
+	nq := cfg.QPs
+	mrAccess, qpAccess := accessFor(v)
+	e := &Engine{Region: region, Verb: v, Atomic: cfg.Atomic, TxDepth: cfg.TxDepth, CQMod: cfg.CQMod,
+		RxDepth: cfg.RxDepth, Cycle: cycle, CacheLine: cacheLine, Events: cfg.Events}
+	res.Engine = e
+	// One spare region absorbs a peer's address walk past the last one.
+	if e.MR, err = res.PD.RegMR(make([]byte, (2*nq+1)*region), mrAccess); err != nil {
+		return nil, fmt.Errorf("couldn't register MR of %d bytes: %w", (2*nq+1)*region, err)
+	}
+	if e.SendCQ, err = rdmautil.NewCQ(dev, cfg.TxDepth*nq+1); err != nil {
+		return nil, fmt.Errorf("couldn't create send CQ: %w", err)
+	}
+	if e.RecvCQ, err = rdmautil.NewCQ(dev, cfg.RxDepth*nq+1); err != nil {
+		return nil, fmt.Errorf("couldn't create receive CQ: %w", err)
+	}
+	inline := 0
+	if cfg.Test.IsLat() {
+		switch v {
+		case VerbWrite:
+			inline = 220
+		case VerbSend:
+			inline = 236
+		}
+	}
+	rx := 1
+	if v == VerbSend {
+		rx = cfg.RxDepth
+	}
+	for i := range nq {
+		qp, err := res.PD.CreateQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: e.SendCQ, RecvCQ: e.RecvCQ,
+			Cap: verbs.QPCap{MaxSendWR: cfg.TxDepth, MaxRecvWR: rx, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: inline}})
+		if err != nil {
+			return nil, fmt.Errorf("couldn't create QP %d: %w", i, err)
+		}
+		e.QPs = append(e.QPs, qp)
+		if _, ia, err := qp.Query(); err == nil {
+			inline = min(inline, ia.Cap.MaxInlineData)
+		}
+		if err := rdmautil.ToInit(qp, cfg.Port, qpAccess); err != nil {
+			return nil, err
+		}
+		res.Local = append(res.Local, Key{LID: pa.LID, OutReads: uint16(res.OutReads), QPN: qp.QPN(),
+			PSN: rdmautil.RandPSN(), RKey: e.MR.RKey(), VAddr: e.MR.Addr() + uint64(e.TargetOff(i)),
+			GID: gid, HasGID: true})
+	}
+	e.Inline = max(inline, 0)
+	ok = true
+	return res, nil
+}
+
+// Connect moves every QP to RTR, and to RTS when this side sends (latency
+// tests and BW clients), with perftest's attributes (ctx_connect).
+func (r *Resources) Connect(cfg *Config, client bool) error {
+	for i, qp := range r.Engine.QPs {
+		rem := r.Remote[i]
+		if rem.GID.IsZero() {
+			return fmt.Errorf("peer QP %#x sent no GID: RoCE needs one (run the peer with -x 1)", rem.QPN)
+		}
+		c := rdmautil.RCConnect{MTU: r.MTU, DestQPN: rem.QPN, RQPSN: rem.PSN, SQPSN: r.Local[i].PSN,
+			AV:              rdmautil.AV(cfg.Port, rdmautil.Peer{LID: rem.LID, GID: rem.GID, DPort: cfg.PeerUDPPort}, r.GIDIndex, HopLimit, 0),
+			MaxDestRdAtomic: uint8(min(r.OutReads, 255)), MinRNRTimer: MinRNRTimer,
+			Timeout: DefaultQPTimeout, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: uint8(min(max(int(rem.OutReads), 1), 255))}
+		if err := rdmautil.ToRTR(qp, &c); err != nil {
+			return fmt.Errorf("qp %d: %w", i, err)
+		}
+		if cfg.Test.IsLat() || client {
+			if err := rdmautil.ToRTS(qp, &c); err != nil {
+				return fmt.Errorf("qp %d: %w", i, err)
+			}
+		}
+	}
+	r.Engine.Remote = r.Remote
+	return nil
+}
+
+// openTCP connects the control channel (client) or accepts one (server).
+func openTCP(ctx context.Context, cfg *Config) (*TCPCtrl, error) {
+	client := cfg.Host != ""
+	if client {
+		var d net.Dialer
+		addr := net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.TCPPort))
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("couldn't connect to %s: %w (is the server running?)", addr, err)
+		}
+		return NewTCPCtrl(conn, true), nil
+	}
+	ln := cfg.Listener
+	if ln == nil {
+		var lc net.ListenConfig
+		l, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(cfg.TCPPort))
+		if err != nil {
+			return nil, fmt.Errorf("couldn't listen on port %d: %w", cfg.TCPPort, err)
+		}
+		defer l.Close()
+		ln = l
+	}
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	conn, err := ln.Accept()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("accept: %w", err)
+	}
+	return NewTCPCtrl(conn, false), nil
+}
+
+// Run runs one perftest test on dev, writing perftest's output to cfg.Out,
+// and returns the rows it printed.
+func Run(ctx context.Context, dev verbs.Device, cfg Config) ([]Row, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Test.Verb() == VerbSend && cfg.Duration == 0 {
+		cfg.RxDepth = min(cfg.RxDepth, cfg.Iters)
+	}
+	client := cfg.Host != ""
+	var ctrl Ctrl
+	var err error
+	if cfg.RDMACM {
+		ctrl, err = cfg.CM.Control(ctx, &cfg)
+	} else {
+		ctrl, err = openTCP(ctx, &cfg)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer ctrl.Close()
+	stop := context.AfterFunc(ctx, func() { ctrl.Close() })
+	defer stop()
+	p := &Proto{Ctrl: ctrl}
+	rows, err := run(ctx, dev, &cfg, p, client)
+	if err != nil && ctx.Err() != nil {
+		return rows, fmt.Errorf("%w (%v)", ctx.Err(), err)
+	}
+	return rows, err
+}
+
+func run(ctx context.Context, dev verbs.Device, cfg *Config, p *Proto, client bool) ([]Row, error) {
+	_, remVer, err := p.Versions(Version)
+	if err != nil {
+		return nil, err
+	}
+	cycle, cacheLine, err := p.SysData(remVer, DefaultCycle, DefaultCacheLine)
+	if err != nil {
+		return nil, err
+	}
+	pa, err := dev.QueryPort(cfg.Port)
+	if err != nil {
+		return nil, fmt.Errorf("query port %d: %w", cfg.Port, err)
+	}
+	mtu := pa.ActiveMTU
+	if cfg.MTU != 0 {
+		mtu = verbs.MTUFromBytes(cfg.MTU)
+	}
+	if mtu, err = p.MTU(remVer, mtu); err != nil {
+		return nil, err
+	}
+	res, err := NewResources(dev, cfg, mtu, cycle, cacheLine)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Close()
+	e := res.Engine
+	WriteBanner(cfg.Out, &Banner{Test: cfg.Test, Atomic: cfg.Atomic, Device: dev.Name(), QPs: cfg.QPs, Client: client,
+		TxDepth: cfg.TxDepth, RxDepth: cfg.RxDepth, CQMod: cfg.CQMod, MTU: mtu, GIDIndex: res.GIDIndex,
+		Inline: e.Inline, OutReads: res.OutReads, RDMACM: cfg.RDMACM})
+
+	res.Remote = make([]Key, cfg.QPs)
+	hs0 := func() error {
+		_, err := p.HandShake(res.Local[0])
+		return err
+	}
+	hsAll := func() error {
+		for i := range res.Local {
+			k, err := p.HandShake(res.Local[i])
+			if err != nil {
+				return err
+			}
+			res.Remote[i] = k
+		}
+		return nil
+	}
+	connect := func() error {
+		if cfg.RDMACM {
+			return cfg.CM.Connect(ctx, cfg, res)
+		}
+		return res.Connect(cfg, client)
+	}
+	printAddrs := func() error {
+		for i := range res.Local {
+			fmt.Fprint(cfg.Out, AddressLines("local", e.Verb, &res.Local[i]))
+		}
+		if err := hsAll(); err != nil {
+			return err
+		}
+		for i := range res.Remote {
+			fmt.Fprint(cfg.Out, AddressLines("remote", e.Verb, &res.Remote[i]))
+		}
+		return nil
+	}
+	// Connection sequence (perftest 6.06 main()s): latency tests but
+	// send_lat start with one extra handshake; send tests sync once more
+	// before the second key round, the others after it.
+	t := cfg.Test
+	steps := []func() error{}
+	if t.IsLat() && t != SendLat {
+		steps = append(steps, hs0)
+	}
+	steps = append(steps, hsAll, connect)
+	if t.Verb() == VerbSend {
+		steps = append(steps, hs0, printAddrs)
+	} else {
+		steps = append(steps, printAddrs, hs0)
+	}
+	for _, s := range steps {
+		if err := s(); err != nil {
+			return nil, err
+		}
+	}
+	if client || !(t == ReadLat || t == AtomicLat) {
+		fmt.Fprint(cfg.Out, ResultLine)
+		fmt.Fprint(cfg.Out, Header(t, cfg.ReportGbits, cfg.Duration > 0))
+	}
+
+	var rows []Row
+	emit := func(r Row) {
+		rows = append(rows, r)
+		cfg.Out.Write(AppendRow(nil, &r))
+		if cfg.OnResult != nil {
+			cfg.OnResult(r)
+		}
+	}
+	deadline := func() time.Time {
+		if cfg.Duration > 0 {
+			return time.Now().Add(cfg.Duration)
+		}
+		return time.Time{}
+	}
+	latRow := func(s *Sample) Row {
+		if cfg.Duration > 0 {
+			return LatDurRow(t, s)
+		}
+		return LatRow(t, s)
+	}
+	finish := func() ([]Row, error) {
+		fmt.Fprint(cfg.Out, ResultLine)
+		return rows, nil
+	}
+
+	switch t {
+	case WriteBW, ReadBW, AtomicBW:
+		if !client {
+			// The server waits for the client's results.
+			if err := hs0(); err != nil {
+				return nil, err
+			}
+			rep, err := p.Reports(remVer, &BWReport{})
+			if err != nil {
+				return nil, err
+			}
+			emit(RowFromReport(t, &rep, cfg.ReportGbits))
+			if err := p.Close(res.Local[0]); err != nil {
+				return nil, err
+			}
+			return finish()
+		}
+		var last Row
+		for _, size := range cfg.sizes() {
+			s, err := e.BW(ctx, size, cfg.Iters, deadline())
+			if err != nil {
+				return rows, err
+			}
+			last = BWRow(t, s, cfg.ReportGbits)
+			emit(last)
+		}
+		if err := hs0(); err != nil {
+			return rows, err
+		}
+		my := ReportOf(&last)
+		if _, err := p.Reports(remVer, &my); err != nil {
+			return rows, err
+		}
+		if err := p.Close(res.Local[0]); err != nil {
+			return rows, err
+		}
+		return finish()
+
+	case SendBW:
+		for _, size := range cfg.sizes() {
+			if !client {
+				if err := e.PostRecvs(size); err != nil {
+					return rows, err
+				}
+			}
+			if err := hs0(); err != nil {
+				return rows, err
+			}
+			var s *Sample
+			if client {
+				s, err = e.BW(ctx, size, cfg.Iters, deadline())
+			} else {
+				s, err = e.RecvBW(ctx, size, cfg.Iters, deadline())
+			}
+			if err != nil {
+				return rows, err
+			}
+			emit(BWRow(t, s, cfg.ReportGbits))
+			if cfg.AllSizes {
+				if err := hs0(); err != nil {
+					return rows, err
+				}
+			}
+		}
+		if err := p.Close(res.Local[0]); err != nil {
+			return rows, err
+		}
+		return finish()
+
+	case WriteLat:
+		for _, size := range cfg.sizes() {
+			s, err := e.WriteLat(ctx, size, cfg.Iters, client, deadline())
+			if err != nil {
+				return rows, err
+			}
+			emit(latRow(s))
+		}
+		return finish()
+
+	case ReadLat, AtomicLat:
+		if !client {
+			if err := p.Close(res.Local[0]); err != nil {
+				return nil, err
+			}
+			return finish()
+		}
+		for _, size := range cfg.sizes() {
+			s, err := e.LatReq(ctx, size, cfg.Iters, deadline())
+			if err != nil {
+				return rows, err
+			}
+			emit(latRow(s))
+		}
+		if err := p.Close(res.Local[0]); err != nil {
+			return rows, err
+		}
+		return finish()
+
+	case SendLat:
+		for _, size := range cfg.sizes() {
+			if err := e.PostRecvs(size); err != nil {
+				return rows, err
+			}
+			if err := hs0(); err != nil {
+				return rows, err
+			}
+			s, err := e.SendLat(ctx, size, cfg.Iters, client, deadline())
+			if err != nil {
+				return rows, err
+			}
+			emit(latRow(s))
+		}
+		if err := p.Close(res.Local[0]); err != nil {
+			return rows, err
+		}
+		return finish()
+	}
+	return nil, errors.New("perftest: unknown test")
+}

@@ -16,6 +16,14 @@ func newLo(t testing.TB) *lnet.Instance {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { in.Close() })
+	// A sink on portal 1 for loPut: any bits, any initiator.
+	me, err := in.MEAttach(1, lnetwire.ProcessIDAny, 0, ^uint64(0), lnet.Retain, lnet.InsAfter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.MDAttach(me, lnet.MD{Start: make([]byte, 64), Threshold: lnet.ThreshInf, Options: lnet.MDOpPut | lnet.MDManageRemote | lnet.MDTruncate}, lnet.Retain); err != nil {
+		t.Fatal(err)
+	}
 	return in
 }
 

@@ -224,16 +224,19 @@ func (d *delivery) queueLocked(md *libMD) {
 	d.queued = true
 }
 
-// run calls the handlers of a queued event.
+// run calls the handlers of a queued event. Handlers get a private copy
+// (the only allocation on the event path, and only when a handler exists).
 func (d *delivery) run() {
 	if !d.queued {
 		return
 	}
 	d.queued = false
 	if d.eq != nil && d.eq.handler != nil {
-		d.eq.handler(&d.ev)
+		ev := d.ev
+		d.eq.handler(&ev)
 	}
 	if d.handler != nil {
-		d.handler(&d.ev)
+		ev := d.ev
+		d.handler(&ev)
 	}
 }

@@ -240,7 +240,7 @@ func (in *Instance) postSendLocked(m *message) (sendResult, error) {
 // returnCreditsLocked is lnet_return_tx_credits_locked: give back m's
 // credits and post the next waiter of each queue; the messages that became
 // ready or failed are appended to out.
-func (in *Instance) returnCreditsLocked(m *message, out *[]pending) {
+func (in *Instance) returnCreditsLocked(m *message, out *pendings) {
 	if m.niCredit {
 		m.niCredit = false
 		ni := m.ni
@@ -248,7 +248,7 @@ func (in *Instance) returnCreditsLocked(m *message, out *[]pending) {
 		if ni.txCredits <= 0 {
 			if next := ni.txq.pop(); next != nil {
 				r, err := in.postSendLocked(next)
-				*out = append(*out, pending{next, r, err})
+				out.add(pending{next, r, err})
 			}
 		}
 	}
@@ -260,7 +260,7 @@ func (in *Instance) returnCreditsLocked(m *message, out *[]pending) {
 		if p.txCredits <= 0 {
 			if next := p.txq.pop(); next != nil {
 				r, err := in.postSendLocked(next)
-				*out = append(*out, pending{next, r, err})
+				out.add(pending{next, r, err})
 			}
 		}
 	}
@@ -277,10 +277,23 @@ type pending struct {
 	err error
 }
 
-// run hands ready messages to their driver and finalizes failed ones.
-func (in *Instance) runPending(ps []pending) {
-	for _, p := range ps {
-		in.afterSend(p.m, p.r, p.err)
+// pendings holds the (at most two) messages one completion releases from
+// credit queues; a fixed array keeps it on the stack.
+type pendings struct {
+	a [2]pending
+	n int
+}
+
+func (ps *pendings) add(p pending) {
+	ps.a[ps.n] = p
+	ps.n++
+}
+
+// runPending hands ready messages to their driver and finalizes failed
+// ones.
+func (in *Instance) runPending(ps *pendings) {
+	for i := range ps.n {
+		in.afterSend(ps.a[i].m, ps.a[i].r, ps.a[i].err)
 	}
 }
 
@@ -323,8 +336,7 @@ func (in *Instance) detachMDLocked(m *message, d *delivery) {
 // finalize is lnet_finalize: the driver (or the core) is done with m.
 func (in *Instance) finalize(m *message, status error) {
 	var d delivery
-	var buf [2]pending
-	ps := buf[:0]
+	var ps pendings
 	var next pending
 	in.mu.Lock()
 	if m.status == nil {
@@ -353,7 +365,7 @@ func (in *Instance) finalize(m *message, status error) {
 	}
 	in.mu.Unlock()
 	d.run()
-	in.runPending(ps)
+	in.runPending(&ps)
 	if next.m != nil {
 		in.afterSend(next.m, next.r, next.err)
 	}

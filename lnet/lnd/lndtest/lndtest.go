@@ -140,6 +140,8 @@ func (l lndType) Startup(ni *lnd.NI) (lnd.Driver, error) {
 	return d, nil
 }
 
+var hdrPool = sync.Pool{New: func() any { return new(lnetwire.Header) }}
+
 type driver struct {
 	n     *Network
 	ni    *lnd.NI
@@ -202,12 +204,14 @@ func (d *driver) deliver(msg *lnd.Msg) {
 	}
 	var wire [lnetwire.HdrSize]byte
 	msg.Hdr.Encode(wire[:])
-	var hdr lnetwire.Header
+	hdr := hdrPool.Get().(*lnetwire.Header)
+	defer hdrPool.Put(hdr)
 	if err := hdr.Decode(wire[:]); err != nil {
 		d.ni.Finalize(msg, err)
 		return
 	}
-	if err := peer.ni.Parse(&hdr, d.ni.NID, msg, false); err != nil {
+	// Parse copies the header, so the pooled one is free again after it.
+	if err := peer.ni.Parse(hdr, d.ni.NID, msg, false); err != nil {
 		d.ni.Finalize(msg, fmt.Errorf("lndtest: peer refused message: %w", err))
 		return
 	}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package lnet_test
+
+const raceEnabled = false

@@ -424,7 +424,8 @@ func (c *conn) flush(batch []*tx, ping bool) error {
 	}
 	for _, t := range batch {
 		d.stats.TxMsgs.Add(1)
-		d.stats.TxBytes.Add(uint64(t.msg.Payload.Len))
+		// Not t.msg: a ZC-ACK may already have finalized it.
+		d.stats.TxBytes.Add(uint64(t.nob - hdrRoom))
 		if t.conn == nil {
 			d.ni.Finalize(t.msg, nil)
 			d.putTx(t)

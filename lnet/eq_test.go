@@ -160,4 +160,3 @@ func TestEQHandler(t *testing.T) {
 		t.Fatalf("ring+handler: ok=%v n=%d", ok, n)
 	}
 }
-

@@ -193,9 +193,9 @@ func (in *Instance) AddNet(nc NetConfig) error {
 		in.mu.Unlock()
 		return ErrClosed
 	}
-	if ni.lo && in.lo != nil {
+	if (ni.lo && in.lo != nil) || (nc.Addr != 0 && in.byNID[ni.ni.NID] != nil) {
 		in.mu.Unlock()
-		return ErrNetExists
+		return fmt.Errorf("%w: %v", ErrNetExists, ni.ni.NID)
 	}
 	in.niOf[ni.ni] = ni // Parse before ready is refused
 	in.mu.Unlock()

@@ -462,11 +462,14 @@ func (c SockCsum) Update(p []byte) SockCsum {
 
 // UpdateHdr feeds a ksock_msg_hdr with its csum word taken as zero.
 func (c SockCsum) UpdateHdr(h SockMsgHdr) SockCsum {
-	var zero [4]byte
 	c = c.Update(h[:smCsum])
-	c = c.Update(zero[:])
+	c = c.Update(zeroCsum[:])
 	return c.Update(h[smCsum+4 : SockMsgHdrLen])
 }
+
+// zeroCsum stands in for the csum word while hashing; read-only. A local
+// array would escape into crc32.Update and allocate per message.
+var zeroCsum [4]byte
 
 // Sum returns the value carried in the csum word.
 func (c SockCsum) Sum() uint32 { return ^uint32(c) }

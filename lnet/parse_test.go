@@ -1,0 +1,175 @@
+package lnet_test
+
+import (
+	"bytes"
+	"errors"
+	"sync"
+	"testing"
+
+	"softib/lnet"
+	"softib/lnet/lnd"
+	"softib/wire/lnetwire"
+)
+
+// rawLND lets a test inject arbitrary headers through ni.Parse and see
+// what the core asks of the driver.
+type rawLND struct {
+	mu    sync.Mutex
+	ni    *lnd.NI
+	sent  []lnetwire.Header
+	recvs []rawRecv
+}
+
+type rawRecv struct {
+	dropped bool
+	mlen    int
+	rlen    int
+}
+
+func (r *rawLND) Type() lnetwire.LNDType { return lnetwire.GNILND }
+func (r *rawLND) Startup(ni *lnd.NI) (lnd.Driver, error) {
+	r.ni = ni
+	return r, nil
+}
+func (r *rawLND) Send(m *lnd.Msg) error {
+	r.mu.Lock()
+	r.sent = append(r.sent, m.Hdr)
+	r.mu.Unlock()
+	r.ni.Finalize(m, nil)
+	return nil
+}
+func (r *rawLND) Recv(private any, m *lnd.Msg, delayed bool, dst lnd.IOV, rlen int) error {
+	r.mu.Lock()
+	r.recvs = append(r.recvs, rawRecv{dropped: m == nil, mlen: dst.Len, rlen: rlen})
+	r.mu.Unlock()
+	if m == nil {
+		return nil
+	}
+	if b, ok := private.([]byte); ok {
+		dst.CopyFrom(b)
+	}
+	r.ni.Finalize(m, nil)
+	return nil
+}
+func (r *rawLND) Shutdown() {}
+
+func (r *rawLND) lastRecv(t *testing.T) rawRecv {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.recvs) == 0 {
+		t.Fatal("no Recv call")
+	}
+	x := r.recvs[len(r.recvs)-1]
+	r.recvs = r.recvs[:0]
+	return x
+}
+
+func TestParseValidation(t *testing.T) {
+	raw := &rawLND{}
+	me := lnetwire.MustParseNID("5@gni")
+	peer := lnetwire.MustParseNID("6@gni")
+	in, err := lnet.New(lnet.Config{LNDs: []lnd.LND{raw}, Nets: []lnet.NetConfig{{Net: me.Net(), Addr: me.Addr()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	eq, _ := in.EQAlloc(16, nil)
+	mee, _ := in.MEAttach(3, lnetwire.ProcessIDAny, 0x77, 0, lnet.Retain, lnet.InsAfter)
+	buf := make([]byte, 32)
+	in.MDAttach(mee, lnet.MD{Start: buf, Threshold: lnet.ThreshInf, Options: lnet.MDOpPut | lnet.MDOpGet | lnet.MDManageRemote | lnet.MDTruncate, EQ: eq}, lnet.Retain)
+
+	put := func(dst lnetwire.NID, portal uint32, n uint32) lnetwire.Header {
+		return lnetwire.Header{Type: lnetwire.MsgPUT, DestNID: dst, SrcNID: peer, DestPID: 12345, SrcPID: 12345,
+			PayloadLength: n, WMD: lnetwire.WireHandleNone, MatchBits: 0x77, Portal: portal}
+	}
+	refused := []struct {
+		name string
+		h    lnetwire.Header
+	}{
+		{"payload over MTU", put(me, 3, lnet.MTU+1)},
+		{"HELLO", lnetwire.Header{Type: lnetwire.MsgHELLO, DestNID: me}},
+		{"GET with payload", lnetwire.Header{Type: lnetwire.MsgGET, DestNID: me, PayloadLength: 1}},
+		{"GET sink over MTU", lnetwire.Header{Type: lnetwire.MsgGET, DestNID: me, SinkLength: lnet.MTU + 1}},
+		{"ACK with payload", lnetwire.Header{Type: lnetwire.MsgACK, DestNID: me, PayloadLength: 1}},
+		{"bad type", lnetwire.Header{Type: 9, DestNID: me}},
+		{"other NID on my net", put(lnetwire.MustParseNID("7@gni"), 3, 1)},
+	}
+	for _, c := range refused {
+		if err := raw.ni.Parse(&c.h, peer, nil, false); !errors.Is(err, lnd.ErrProto) {
+			t.Errorf("%s: Parse = %v, want ErrProto", c.name, err)
+		}
+	}
+	raw.recvs = nil
+
+	dropped := []struct {
+		name string
+		h    lnetwire.Header
+	}{
+		{"not for us, no routing", put(lnetwire.MustParseNID("1.2.3.4@tcp"), 3, 8)},
+		{"portal out of range", put(me, lnet.MaxPortals, 8)},
+		{"no match", func() lnetwire.Header { h := put(me, 3, 8); h.MatchBits = 1; return h }()},
+		{"ACK with foreign handle", lnetwire.Header{Type: lnetwire.MsgACK, DestNID: me, SrcNID: peer, WMD: lnetwire.WireHandle{InterfaceCookie: 1, ObjectCookie: 1}}},
+		{"REPLY with stale handle", lnetwire.Header{Type: lnetwire.MsgREPLY, DestNID: me, SrcNID: peer, PayloadLength: 4, WMD: lnetwire.WireHandle{InterfaceCookie: 0, ObjectCookie: 2}}},
+	}
+	for i, c := range dropped {
+		if err := raw.ni.Parse(&c.h, peer, []byte("payload!"), false); err != nil {
+			t.Errorf("%s: Parse = %v, want nil (dropped)", c.name, err)
+			continue
+		}
+		r := raw.lastRecv(t)
+		if !r.dropped || r.rlen != int(c.h.PayloadLength) {
+			t.Errorf("%s: Recv %+v, want a drop of %d bytes", c.name, r, c.h.PayloadLength)
+		}
+		if st := in.Stats(); st.DropCount != uint64(i+1) {
+			t.Errorf("%s: DropCount %d", c.name, st.DropCount)
+		}
+	}
+	if evs := drain(t, eq); len(evs) != 0 {
+		t.Fatalf("events for dropped messages: %v", types(evs))
+	}
+
+	// A good PUT with an ACK request: Recv places the data, the PUT event
+	// follows, and an ACK goes back to the sender through Send.
+	h := put(me, 3, 8)
+	h.Offset = 4
+	h.WMD = lnetwire.WireHandle{InterfaceCookie: 5, ObjectCookie: 6}
+	h.HdrData = 0xabc
+	if err := raw.ni.Parse(&h, peer, []byte("payload!"), false); err != nil {
+		t.Fatal(err)
+	}
+	if r := raw.lastRecv(t); r.dropped || r.mlen != 8 || r.rlen != 8 {
+		t.Fatalf("Recv %+v", r)
+	}
+	if !bytes.Equal(buf[4:12], []byte("payload!")) {
+		t.Fatalf("buffer %q", buf)
+	}
+	evs := drain(t, eq)
+	if len(evs) != 1 || evs[0].Type != lnet.EventPut || evs[0].HdrData != 0xabc || evs[0].Offset != 4 || evs[0].Sender != peer {
+		t.Fatalf("events %v", types(evs))
+	}
+	if len(raw.sent) != 1 {
+		t.Fatalf("sent %v", raw.sent)
+	}
+	ack := raw.sent[0]
+	if ack.Type != lnetwire.MsgACK || ack.DestNID != peer || ack.SrcNID != me || ack.WMD != h.WMD || ack.MLength != 8 || ack.MatchBits != 0x77 {
+		t.Fatalf("ACK header %+v", ack)
+	}
+	// A GET is answered with a REPLY carrying the MD's bytes.
+	g := lnetwire.Header{Type: lnetwire.MsgGET, DestNID: me, SrcNID: peer, DestPID: 12345, SrcPID: 99,
+		WMD: lnetwire.WireHandle{InterfaceCookie: 7, ObjectCookie: 8}, MatchBits: 0x77, Portal: 3, Offset: 4, SinkLength: 100}
+	if err := raw.ni.Parse(&g, peer, nil, false); err != nil {
+		t.Fatal(err)
+	}
+	if r := raw.lastRecv(t); !r.dropped || r.rlen != 0 {
+		t.Fatalf("GET request Recv %+v", r)
+	}
+	rep := raw.sent[1]
+	if rep.Type != lnetwire.MsgREPLY || rep.DestPID != 99 || rep.WMD != g.WMD || rep.PayloadLength != 28 {
+		t.Fatalf("REPLY header %+v", rep)
+	}
+	evs = drain(t, eq)
+	if len(evs) != 1 || evs[0].Type != lnet.EventGet || evs[0].MLength != 28 || evs[0].RLength != 100 || evs[0].Status != nil {
+		t.Fatalf("GET events %v", types(evs))
+	}
+}

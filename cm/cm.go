@@ -157,6 +157,8 @@ type CM struct {
 	scratch    mad.Scratch
 	cbID       *ID // ID whose handler is running
 
+	owned interface{ Close() error } // closed with the CM (Attach's GSI)
+
 	kickTimer    chan struct{}
 	kickDispatch chan struct{}
 	done         chan struct{}
@@ -239,6 +241,9 @@ func (c *CM) Close() error {
 	c.mu.Unlock()
 	close(c.done)
 	c.wg.Wait()
+	if c.owned != nil {
+		return c.owned.Close()
+	}
 	return nil
 }
 

@@ -1,0 +1,325 @@
+package cm_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"softib/cm"
+	"softib/rxe"
+	"softib/verbs"
+	"softib/wire/mad"
+)
+
+var addrSeq atomic.Uint32
+
+// loopAddr returns a loopback address unique to this test process.
+func loopAddr() netip.Addr {
+	n := addrSeq.Add(1)
+	pid := os.Getpid()
+	return netip.AddrFrom4([4]byte{127, byte(200 + pid%50), byte(pid >> 6), byte(n)})
+}
+
+func openRXE(t *testing.T) verbs.Device {
+	t.Helper()
+	d, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: loopAddr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func gsiAddr(dev verbs.Device) cm.Addr {
+	var a cm.Addr
+	a.AH.GRH.DGID = verbs.GIDFromAddr(dev.(*rxe.Device).Addr().Addr())
+	return a
+}
+
+// rcEnd is an RC QP with a buffer, connected through the CM.
+type rcEnd struct {
+	pd  verbs.PD
+	cq  verbs.CQ
+	qp  verbs.QP
+	mr  verbs.MR
+	buf []byte
+}
+
+func newRC(t *testing.T, dev verbs.Device) *rcEnd {
+	t.Helper()
+	e := &rcEnd{buf: make([]byte, 4096)}
+	var err error
+	if e.pd, err = dev.AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	if e.cq, err = dev.CreateCQ(verbs.CQAttr{CQE: 64}); err != nil {
+		t.Fatal(err)
+	}
+	if e.qp, err = e.pd.CreateQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: e.cq, RecvCQ: e.cq,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if e.mr, err = e.pd.RegMR(e.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// modify applies the CM's attributes for each state in turn.
+func modify(id *cm.ID, qp verbs.QP, states ...verbs.QPState) error {
+	for _, s := range states {
+		a, m, err := id.InitQPAttr(s)
+		if err != nil {
+			return err
+		}
+		if err := qp.Modify(&a, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func waitWC(t *testing.T, cq verbs.CQ) verbs.WC {
+	t.Helper()
+	wcs := make([]verbs.WC, 1)
+	deadline := time.Now().Add(20 * time.Second) // hang guard only
+	for time.Now().Before(deadline) {
+		n, err := cq.Poll(wcs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			return wcs[0]
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatal("no completion")
+	return verbs.WC{}
+}
+
+// TestGSIConnectRC connects two rxe RC QPs through the CM over real GSI
+// QPs and moves data over them.
+func TestGSIConnectRC(t *testing.T) {
+	da, db := openRXE(t), openRXE(t)
+	ca, err := cm.Attach(da, cm.Config{}, cm.GSIConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ca.Close()
+	cb, err := cm.Attach(db, cm.Config{}, cm.GSIConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cb.Close()
+	ea, eb := newRC(t, da), newRC(t, db)
+	sid := mad.ServiceID(mad.PSTCP, 7174)
+	type result struct {
+		ev  cm.EventType
+		err error
+	}
+	passive := make(chan result, 8)
+	active := make(chan result, 8)
+	lis, err := cb.CreateID(func(id *cm.ID, ev *cm.Event) error {
+		switch ev.Type {
+		case cm.EventREQReceived:
+			if err := modify(id, eb.qp, verbs.QPStateInit, verbs.QPStateRTR, verbs.QPStateRTS); err != nil {
+				passive <- result{ev.Type, err}
+				return err
+			}
+			if _, err := eb.qp.PostRecv([]verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{eb.mr.SGE(0, 100)}}}); err != nil {
+				return err
+			}
+			return id.SendREP(&cm.REPParam{QPN: eb.qp.QPN(), StartingPSN: 0x300, ResponderResources: 1,
+				InitiatorDepth: 1, RNRRetryCount: 7, PrivateData: []byte("rep")})
+		case cm.EventDREQReceived:
+			return id.SendDREP(nil)
+		}
+		passive <- result{ev.Type, ev.Err}
+		return nil
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lis.Listen(sid, 0); err != nil {
+		t.Fatal(err)
+	}
+	id, err := ca.CreateID(func(id *cm.ID, ev *cm.Event) error {
+		if ev.Type == cm.EventREPReceived {
+			if err := modify(id, ea.qp, verbs.QPStateRTR, verbs.QPStateRTS); err != nil {
+				active <- result{ev.Type, err}
+				return err
+			}
+			if err := id.SendRTU(nil); err != nil {
+				return err
+			}
+		}
+		active <- result{ev.Type, ev.Err}
+		return nil
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gaddr := func(d verbs.Device) netip.Addr { return d.(*rxe.Device).Addr().Addr() }
+	p := &cm.REQParam{
+		Primary:     mad.RoCEv2Path(mad.RoCEv2PathParams{Src: gaddr(da), Dst: gaddr(db)}),
+		SGIDIndex:   1,
+		ServiceID:   sid,
+		QPN:         ea.qp.QPN(),
+		StartingPSN: 0x100, ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7,
+	}
+	if err := id.SendREQ(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := modify(id, ea.qp, verbs.QPStateInit); err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(30 * time.Second) // hang guard
+	for _, want := range []struct {
+		ch chan result
+		ev cm.EventType
+	}{{active, cm.EventREPReceived}, {passive, cm.EventRTUReceived}} {
+		select {
+		case r := <-want.ch:
+			if r.ev != want.ev || r.err != nil {
+				t.Fatalf("event %v (%v), want %v", r.ev, r.err, want.ev)
+			}
+		case <-timeout:
+			t.Fatalf("no %v", want.ev)
+		}
+	}
+	copy(ea.buf, "over RC via CM")
+	if _, err := ea.qp.PostSend([]verbs.SendWR{{ID: 7, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{ea.mr.SGE(0, 14)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := waitWC(t, ea.cq); wc.Status != verbs.WCSuccess {
+		t.Fatalf("send wc %+v", wc)
+	}
+	if wc := waitWC(t, eb.cq); wc.Status != verbs.WCSuccess || wc.ByteLen != 14 || string(eb.buf[:14]) != "over RC via CM" {
+		t.Fatalf("recv wc %+v %q", wc, eb.buf[:14])
+	}
+	if err := id.SendDREQ(nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-active:
+		if r.ev != cm.EventDREPReceived {
+			t.Fatalf("event %v", r.ev)
+		}
+	case <-timeout:
+		t.Fatal("no DREP")
+	}
+	g := ca.Port().(*cm.GSI)
+	if g.Stats().Sent.Load() < 2 || g.Stats().Received.Load() < 2 || g.Stats().Malformed.Load() != 0 {
+		t.Errorf("GSI stats sent %d received %d malformed %d", g.Stats().Sent.Load(), g.Stats().Received.Load(),
+			g.Stats().Malformed.Load())
+	}
+}
+
+// TestGSIUnclaimed checks the Linux MAD-layer behaviour for MADs no
+// agent claims, response matching by TID, and request timeouts.
+func TestGSIUnclaimed(t *testing.T) {
+	da, db := openRXE(t), openRXE(t)
+	ga, err := cm.NewGSI(da, cm.GSIConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ga.Close()
+	cb, err := cm.Attach(db, cm.Config{}, cm.GSIConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cb.Close()
+	gb := cb.Port().(*cm.GSI)
+	ctx := context.Background()
+	to := gsiAddr(db)
+
+	// Get(ClassPortInfo) to the CM class: the CM takes Send only, so the
+	// MAD layer answers GetResp with status 0x000C.
+	get := mad.AppendMAD(nil, mad.HeaderFields{BaseVersion: 1, MgmtClass: mad.ClassCM, ClassVersion: 2,
+		Method: mad.MethodGet}, &mad.ClassPortInfo{})
+	resp, err := ga.Request(ctx, get, to, 2*time.Second, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mad.Header(resp)
+	if h.Method() != mad.MethodGetResp || h.Status() != mad.StatusUnsupportedMethodAttr ||
+		h.AttrID() != mad.AttrClassPortInfo || h.MgmtClass() != mad.ClassCM {
+		t.Errorf("response %+v", h.Fields())
+	}
+	// An unknown class Set: same answer.
+	set := mad.AppendMAD(nil, mad.HeaderFields{BaseVersion: 1, MgmtClass: 0x0A, ClassVersion: 1,
+		Method: mad.MethodSet}, &mad.ClassPortInfo{})
+	if resp, err := ga.Request(ctx, set, to, 2*time.Second, 3); err != nil || mad.Header(resp).Status() != 0x000C {
+		t.Errorf("Set to unknown class: %v", err)
+	}
+	// An unknown-class Send is dropped silently: the request times out.
+	send := bytes.Clone(set)
+	mad.Header(send).SetMethod(mad.MethodSend)
+	if _, err := ga.Request(ctx, send, to, 50*time.Millisecond, 1); !errors.Is(err, cm.ErrTimeout) {
+		t.Errorf("unclaimed Send: %v", err)
+	}
+	if ga.Stats().Retries.Load() != 1 || ga.Stats().Timeouts.Load() != 1 {
+		t.Errorf("retries %d timeouts %d", ga.Stats().Retries.Load(), ga.Stats().Timeouts.Load())
+	}
+	// An SMP class on QP1 and a short MAD are malformed; a stray
+	// response is unmatched.
+	smp := bytes.Clone(get)
+	smp[1] = byte(mad.ClassSubnLID)
+	if err := ga.Send(smp, to); err != nil {
+		t.Fatal(err)
+	}
+	stray := bytes.Clone(get)
+	mad.Header(stray).SetMethod(mad.MethodGetResp)
+	if err := ga.Send(stray, to); err != nil {
+		t.Fatal(err)
+	}
+	if err := ga.Send(get[:100], to); !errors.Is(err, cm.ErrInvalidParam) {
+		t.Errorf("short send: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second) // hang guard
+	for (gb.Stats().Malformed.Load() < 1 || gb.Stats().UnmatchedResp.Load() < 1) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if gb.Stats().Malformed.Load() != 1 || gb.Stats().UnmatchedResp.Load() != 1 || gb.Stats().UnsupportedTx.Load() != 2 ||
+		gb.Stats().Unclaimed.Load() < 3 {
+		t.Errorf("b stats: malformed %d unmatched %d unsupported %d unclaimed %d", gb.Stats().Malformed.Load(),
+			gb.Stats().UnmatchedResp.Load(), gb.Stats().UnsupportedTx.Load(), gb.Stats().Unclaimed.Load())
+	}
+	if err := ga.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ga.Request(ctx, get, to, time.Second, 0); !errors.Is(err, cm.ErrClosed) {
+		t.Errorf("request after close: %v", err)
+	}
+}
+
+func TestParseGRHArea(t *testing.T) {
+	b := make([]byte, 40)
+	b[20], b[21] = 0x45, 0x88
+	copy(b[32:], []byte{10, 0, 0, 1, 10, 0, 0, 2})
+	s, d, tc, ok := cm.ParseGRHArea(b)
+	if !ok || s != netip.MustParseAddr("10.0.0.1") || d != netip.MustParseAddr("10.0.0.2") || tc != 0x88 {
+		t.Errorf("v4: %v %v %x %v", s, d, tc, ok)
+	}
+	v6 := make([]byte, 40)
+	v6[0], v6[1] = 0x6A, 0xB0
+	src, dst := netip.MustParseAddr("fd00::1").As16(), netip.MustParseAddr("fd00::2").As16()
+	copy(v6[8:], src[:])
+	copy(v6[24:], dst[:])
+	s, d, tc, ok = cm.ParseGRHArea(v6)
+	if !ok || s.String() != "fd00::1" || d.String() != "fd00::2" || tc != 0xAB {
+		t.Errorf("v6: %v %v %x %v", s, d, tc, ok)
+	}
+	if _, _, _, ok := cm.ParseGRHArea(make([]byte, 40)); ok {
+		t.Error("zero area accepted")
+	}
+	if _, _, _, ok := cm.ParseGRHArea(b[:39]); ok {
+		t.Error("short area accepted")
+	}
+}

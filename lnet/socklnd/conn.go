@@ -244,7 +244,7 @@ func (c *conn) close(err error) {
 		d.release(t)
 	}
 	if c.p != nil {
-		d.log.Debug("connection closed", "conn", c.String(), "err", err)
+		d.log.Debug("connection closed", "conn", c, "err", err)
 	}
 	if last && !errors.Is(err, lnd.ErrShutdown) && !errors.Is(err, errStale) {
 		d.ni.NotifyPeer(c.p.nid, false, time.Now())
@@ -278,15 +278,14 @@ func (c *conn) writer() {
 		ping := c.ping
 		c.ping = false
 		c.mu.Unlock()
-		for len(c.wq) > 0 || len(c.wacks) > 0 || ping {
-			n := min(len(c.wq), maxBatchTx)
-			err := c.flush(c.wq[:n], ping)
+		for i := 0; i < len(c.wq) || len(c.wacks) > 0 || ping; {
+			n := min(len(c.wq)-i, maxBatchTx)
+			err := c.flush(c.wq[i:i+n], ping)
 			ping = false
-			clear(c.wq[:n])
-			c.wq = c.wq[n:]
+			clear(c.wq[i : i+n])
+			i += n
 			if err != nil {
-				rest := c.wq
-				c.wq = nil
+				rest := c.wq[i:]
 				c.queued.Add(-int64(len(rest)))
 				c.d.failTxs(rest, errConnLost)
 				c.close(err)
@@ -496,7 +495,7 @@ func (c *conn) reader() {
 // connection.
 func (c *conn) malformed(what string, err error) error {
 	c.d.stats.Malformed.Add(1)
-	c.d.log.Warn("malformed message, closing connection", "conn", c.String(), "what", what, "err", err)
+	c.d.log.Warn("malformed message, closing connection", "conn", c, "what", what, "err", err)
 	return fmt.Errorf("%w: %s: %v", ErrMalformed, what, err)
 }
 
@@ -554,7 +553,7 @@ func (c *conn) readLoop() error {
 		if rlen > lnd.MaxPayload {
 			d.stats.Oversized.Add(1)
 			d.stats.Malformed.Add(1)
-			d.log.Warn("oversized message, closing connection", "conn", c.String(), "payload_length", c.hdr.PayloadLength)
+			d.log.Warn("oversized message, closing connection", "conn", c, "payload_length", c.hdr.PayloadLength)
 			return fmt.Errorf("%w: payload_length %d > %d", ErrMalformed, rlen, lnd.MaxPayload)
 		}
 		c.touch()
@@ -563,7 +562,7 @@ func (c *conn) readLoop() error {
 		}
 		if err := d.ni.Parse(&c.hdr, c.p.nid, c, false); err != nil {
 			d.stats.ParseRejects.Add(1)
-			d.log.Warn("header refused, closing connection", "conn", c.String(), "hdr", c.hdr.String(), "err", err)
+			d.log.Warn("header refused, closing connection", "conn", c, "hdr", c.hdr.String(), "err", err)
 			return fmt.Errorf("%w: %v", lnd.ErrProto, err)
 		}
 		var req rxReq

@@ -274,7 +274,7 @@ func (d *Driver) established(c *conn) {
 	c.nc.SetDeadline(time.Time{})
 	d.setSockOpts(c.nc)
 	c.start()
-	d.log.Debug("connection up", "conn", c.String())
+	d.log.Debug("connection up", "conn", c)
 	d.ni.NotifyPeer(c.p.nid, true, time.Now())
 }
 

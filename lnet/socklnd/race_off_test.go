@@ -1,0 +1,5 @@
+//go:build !race
+
+package socklnd
+
+const raceEnabled = false

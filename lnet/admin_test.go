@@ -129,4 +129,3 @@ func TestNetAdmin(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 }
-

@@ -14,6 +14,12 @@ import (
 // rawLND lets a test inject arbitrary headers through ni.Parse and see
 // what the core asks of the driver.
 type rawLND struct {
+	// rdma makes Send of a GET behave like o2iblnd: create the REPLY,
+	// write rdmaData into the sink and complete both.
+	rdma     bool
+	rdmaData []byte
+	gotReply []byte // data an rdmaReq GET asked the driver to write back
+
 	mu    sync.Mutex
 	ni    *lnd.NI
 	sent  []lnetwire.Header
@@ -32,6 +38,17 @@ func (r *rawLND) Startup(ni *lnd.NI) (lnd.Driver, error) {
 	return r, nil
 }
 func (r *rawLND) Send(m *lnd.Msg) error {
+	if r.rdma && m.Type == lnetwire.MsgGET {
+		reply, err := r.ni.CreateReplyMsg(m)
+		if err != nil {
+			return err
+		}
+		n := m.Sink.CopyFrom(r.rdmaData)
+		r.ni.SetReplyMsgLen(reply, n)
+		r.ni.Finalize(m, nil)
+		r.ni.Finalize(reply, nil)
+		return nil
+	}
 	r.mu.Lock()
 	r.sent = append(r.sent, m.Hdr)
 	r.mu.Unlock()
@@ -43,6 +60,13 @@ func (r *rawLND) Recv(private any, m *lnd.Msg, delayed bool, dst lnd.IOV, rlen i
 	r.recvs = append(r.recvs, rawRecv{dropped: m == nil, mlen: dst.Len, rlen: rlen})
 	r.mu.Unlock()
 	if m == nil {
+		return nil
+	}
+	if m.Type == lnetwire.MsgREPLY {
+		// rdmaReq GET: "RDMA write" dst back to the requester.
+		r.gotReply = make([]byte, dst.Len)
+		dst.CopyTo(r.gotReply)
+		r.ni.Finalize(m, nil)
 		return nil
 	}
 	if b, ok := private.([]byte); ok {
@@ -171,5 +195,54 @@ func TestParseValidation(t *testing.T) {
 	evs = drain(t, eq)
 	if len(evs) != 1 || evs[0].Type != lnet.EventGet || evs[0].MLength != 28 || evs[0].RLength != 100 || evs[0].Status != nil {
 		t.Fatalf("GET events %v", types(evs))
+	}
+}
+
+// TestRDMAPaths exercises the o2iblnd-style entry points: a GET served by
+// the driver itself (Parse with rdmaReq) and a GET whose REPLY the driver
+// creates and completes (CreateReplyMsg/SetReplyMsgLen).
+func TestRDMAPaths(t *testing.T) {
+	raw := &rawLND{rdma: true, rdmaData: []byte("remote bytes")}
+	me := lnetwire.MustParseNID("5@gni")
+	peer := lnetwire.ProcessID{NID: lnetwire.MustParseNID("6@gni"), PID: 12345}
+	in, err := lnet.New(lnet.Config{LNDs: []lnd.LND{raw}, Nets: []lnet.NetConfig{{Net: me.Net(), Addr: me.Addr()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	eq, _ := in.EQAlloc(16, nil)
+
+	// Passive side: GET with rdmaReq.
+	mee, _ := in.MEAttach(3, lnetwire.ProcessIDAny, 1, 0, lnet.Retain, lnet.InsAfter)
+	src := []byte("0123456789abcdef")
+	in.MDAttach(mee, lnet.MD{Start: src, Threshold: lnet.ThreshInf, Options: lnet.MDOpGet | lnet.MDManageRemote, EQ: eq}, lnet.Retain)
+	g := lnetwire.Header{Type: lnetwire.MsgGET, DestNID: me, SrcNID: peer.NID, DestPID: 12345, SrcPID: 12345,
+		WMD: lnetwire.WireHandle{InterfaceCookie: 1, ObjectCookie: 2}, MatchBits: 1, Portal: 3, Offset: 10, SinkLength: 4}
+	if err := raw.ni.Parse(&g, peer.NID, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	if string(raw.gotReply) != "abcd" {
+		t.Fatalf("driver asked to write %q", raw.gotReply)
+	}
+	evs := drain(t, eq)
+	if len(evs) != 1 || evs[0].Type != lnet.EventGet || evs[0].Status != nil || evs[0].MLength != 4 || evs[0].Offset != 10 {
+		t.Fatalf("GET events %v", types(evs))
+	}
+
+	// Active side: the driver completes the REPLY itself.
+	sink := make([]byte, 32)
+	h, _ := in.MDBind(lnet.MD{Start: sink, Threshold: 2, EQ: eq}, lnet.AutoUnlink)
+	if err := in.Get(lnetwire.NIDAny, h, peer, 3, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	evs = drain(t, eq)
+	if len(evs) != 2 || evs[0].Type != lnet.EventSend || evs[1].Type != lnet.EventReply || evs[1].MLength != 12 || !evs[1].Unlinked || evs[1].Initiator.NID != peer.NID {
+		t.Fatalf("events %v", types(evs))
+	}
+	if string(sink[:12]) != "remote bytes" {
+		t.Fatalf("sink %q", sink)
+	}
+	if st := in.Stats(); st.MsgsAlloc != 0 {
+		t.Fatalf("stats %+v", st)
 	}
 }

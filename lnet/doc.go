@@ -13,14 +13,14 @@
 // # Example
 //
 //	in, err := lnet.New(lnet.Config{
-//		LNDs: []lnd.LND{socklnd.New()},
+//		LNDs: []lnd.LND{socklnd.New(socklnd.Config{})},
 //		Nets: []lnet.NetConfig{{Net: lnetwire.MakeNet(lnetwire.SOCKLND, 0), Interfaces: []string{"eth0"}}},
 //	})
 //	if err != nil { ... }
 //	defer in.Close()
 //	eq, _ := in.EQAlloc(64, nil)
 //
-//	// Receive side: accept PUTs with match bits 0x42 from anyone on portal 10.
+//	// Receive side: accept one PUT with match bits 0x42 from anyone on portal 10.
 //	me, _ := in.MEAttach(10, lnetwire.ProcessIDAny, 0x42, 0, lnet.AutoUnlink, lnet.InsAfter)
 //	buf := make([]byte, 1<<20)
 //	in.MDAttach(me, lnet.MD{Start: buf, Threshold: 1, Options: lnet.MDOpPut, EQ: eq}, lnet.AutoUnlink)
@@ -34,8 +34,11 @@
 //		ev, _, err := in.EQPoll([]*lnet.EQ{eq}, 5*time.Second)
 //		if err != nil { ... } // lnet.ErrTimeout, or lnet.ErrEQOverflow with a valid event
 //		if ev.Status != nil { ... } // the operation failed
-//		fmt.Println(ev.Type, ev.MLength) // SEND, then ACK (or PUT on the receiver)
+//		fmt.Println(ev.Type, ev.MLength) // SEND and ACK here; PUT on the receiver
 //	}
+//
+// Example (in example_test.go) runs the same steps between two instances
+// joined by the in-memory LND of package lnet/lnd/lndtest.
 //
 // # Semantics
 //

@@ -1,0 +1,113 @@
+package lnetd
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// RunDaemon is `softib lnetd`: it parses flags, starts the node from the
+// YAML configuration, serves the control socket and runs until SIGINT or
+// SIGTERM (or ctx ends). It returns the exit code: 2 for a bad command
+// line or configuration, 1 for a failure to start.
+func RunDaemon(ctx context.Context, args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("lnetd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "LNet configuration in lnetctl's YAML shape (see `softib lnetctl export`)")
+	sock := fs.String("socket", DefaultSocketPath(), "control socket path (Unix domain, mode 0600)")
+	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	jsonLog := fs.Bool("log-json", false, "log in JSON instead of text")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: softib lnetd [--config lnet.yaml] [--socket PATH]\n\n"+
+			"Runs an LNet node (loopback + tcp) configured from YAML and serves\n"+
+			"`softib lnetctl` on a local control socket.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "lnetd: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(*level)); err != nil {
+		fmt.Fprintf(stderr, "lnetd: bad --log-level %q (debug, info, warn, error)\n", *level)
+		return 2
+	}
+	hopts := &slog.HandlerOptions{Level: lv}
+	var h slog.Handler = slog.NewTextHandler(stderr, hopts)
+	if *jsonLog {
+		h = slog.NewJSONHandler(stderr, hopts)
+	}
+	log := slog.New(h)
+
+	cfg := &Config{}
+	if *cfgPath != "" {
+		c, err := LoadConfig(*cfgPath)
+		if err != nil {
+			fmt.Fprintf(stderr, "lnetd: %v\n", err)
+			if errors.Is(err, ErrConfig) {
+				fmt.Fprintf(stderr, "lnetd: fix the configuration (`softib lnetctl export --backup` prints a valid example)\n")
+			}
+			return 2
+		}
+		cfg = c
+	}
+	d, err := New(Options{Config: cfg, Log: log})
+	if err != nil {
+		if *cfgPath != "" {
+			var ce *ConfigError
+			if errors.As(err, &ce) && ce.File == "" {
+				ce.File = *cfgPath
+			}
+		}
+		fmt.Fprintf(stderr, "lnetd: %v\n", err)
+		if errors.Is(err, ErrConfig) {
+			return 2
+		}
+		return 1
+	}
+	defer d.Close()
+	ln, err := Listen(*sock)
+	if err != nil {
+		fmt.Fprintf(stderr, "lnetd: control socket: %v\n", err)
+		return 1
+	}
+	srv := NewServer(d.Handle)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	nids := d.Instance().NIDs()
+	strs := make([]string, len(nids))
+	for i, n := range nids {
+		strs[i] = n.String()
+	}
+	log.Info("lnetd: ready", "socket", *sock, "nids", strs, "pid", os.Getpid())
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	code := 0
+	select {
+	case s := <-sigs:
+		log.Info("lnetd: shutting down", "signal", s.String())
+	case <-ctx.Done():
+		log.Info("lnetd: shutting down")
+	case err := <-served:
+		log.Error("lnetd: control socket failed", "err", err)
+		code = 1
+	}
+	ln.Close()
+	srv.Close()
+	os.Remove(*sock)
+	return code
+}

@@ -1,0 +1,520 @@
+package lnetd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"softib/lnet"
+	"softib/lnet/lnd"
+	"softib/lnet/socklnd"
+	"softib/wire/lnetwire"
+)
+
+// Options configure a Daemon.
+type Options struct {
+	// Config is the initial configuration (nil: loopback only).
+	Config *Config
+	// Log receives the daemon's log; nil means slog.Default().
+	Log *slog.Logger
+	// PID is the LNet process id (0: lnetwire.PIDLustre).
+	PID lnetwire.PID
+}
+
+// Daemon is a running LNet node: an *lnet.Instance with the loopback and
+// TCP LNDs, the configuration that is not (yet) state of the core
+// (routes, configured peers, globals the core does not use, LND tunables),
+// and the echo test service. Its Handle method executes control requests.
+type Daemon struct {
+	log  *slog.Logger
+	in   *lnet.Instance
+	sock *socklnd.LND
+	test *testService
+
+	// mu guards the stored configuration below.
+	mu      sync.Mutex
+	global  Settings // every globalTable key
+	routing Settings
+	buffers Settings
+	nis     []niState // configured NIs, in the order added
+	routes  []RouteConfig
+	peers   []PeerConfig
+	closed  bool
+}
+
+// niState is what the daemon remembers of an NI it brought up.
+type niState struct {
+	netType string
+	nid     lnetwire.NID
+	cfg     NIConfig // as configured, with the NID filled in
+}
+
+// New starts an LNet node from opts. A configuration the node cannot
+// apply gives a *ConfigError naming the offending entry.
+func New(opts Options) (*Daemon, error) {
+	cfg := opts.Config
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	log := opts.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	d := &Daemon{
+		log:     log,
+		sock:    socklnd.New(socklnd.Config{}),
+		global:  globalTable.effective(cfg.Global),
+		routing: routingTable.effective(cfg.Routing),
+		buffers: buffersTable.effective(cfg.Buffers),
+	}
+	in, err := lnet.New(lnet.Config{PID: opts.PID, LNDs: []lnd.LND{d.sock}, Globals: d.coreGlobals(), Log: log})
+	if err != nil {
+		return nil, err
+	}
+	d.in = in
+	if tp, _ := d.global.Get("test_portal"); tp >= 0 {
+		slots, _ := d.global.Get("test_slots")
+		d.test, err = startTestService(in, int(tp), int(slots))
+		if err != nil {
+			in.Close()
+			return nil, &ConfigError{Path: "global.test_portal", Msg: err.Error()}
+		}
+		log.Info("lnetd: echo test service up", "portal", tp, "slots", slots)
+	}
+	for i, n := range cfg.Nets {
+		if err := d.addNet(n, fmt.Sprintf("net[%d]", i)); err != nil {
+			d.Close()
+			return nil, err
+		}
+	}
+	d.routes = slices.Clone(cfg.Routes)
+	for _, r := range d.routes {
+		log.Warn("lnetd: route stored but not used: this node does not route yet", "net", r.Net, "gateway", r.Gateway)
+	}
+	d.peers = slices.Clone(cfg.Peers)
+	return d, nil
+}
+
+// Instance returns the node's LNet instance.
+func (d *Daemon) Instance() *lnet.Instance { return d.in }
+
+// Close shuts the node down.
+func (d *Daemon) Close() {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return
+	}
+	d.closed = true
+	d.mu.Unlock()
+	if d.test != nil {
+		d.test.stop()
+	}
+	d.in.Close()
+	d.log.Info("lnetd: LNet stopped")
+}
+
+// coreGlobals maps the stored globals onto the core's settings.
+func (d *Daemon) coreGlobals() lnet.Globals {
+	g := lnet.DefaultGlobals()
+	if v, ok := d.global.Get("transaction_timeout"); ok {
+		g.TransactionTimeout = time.Duration(v) * time.Second
+	}
+	if v, ok := d.global.Get("max_intf"); ok {
+		g.MaxInterfaces = int(v)
+	}
+	return g
+}
+
+// addNet brings up every NI of one "net:" entry. path names the entry in
+// errors.
+func (d *Daemon) addNet(n NetConfig, path string) error {
+	net, err := lnetwire.ParseNet(n.Type)
+	if err != nil {
+		return &ConfigError{Path: path + ".net type", Msg: err.Error()}
+	}
+	switch net.Type() {
+	case lnetwire.LOLND:
+		return nil // always there
+	case lnetwire.SOCKLND:
+	default:
+		return &ConfigError{Path: path + ".net type",
+			Msg: fmt.Sprintf("net type %s: lnetd has no %s LND (only tcp for now); its tunables are accepted, but the net cannot be brought up", n.Type, net.Type())}
+	}
+	if len(n.NIs) == 0 {
+		return &ConfigError{Path: path + "." + keyLocalNIs, Msg: "no local NI given (add one with interfaces: {0: eth0})"}
+	}
+	for j, ni := range n.NIs {
+		nipath := fmt.Sprintf("%s.%s[%d]", path, keyLocalNIs, j)
+		if err := d.addNI(net, n.Type, ni); err != nil {
+			return &ConfigError{Path: nipath, Msg: err.Error()}
+		}
+	}
+	return nil
+}
+
+// addNI starts one NI.
+func (d *Daemon) addNI(net lnetwire.Net, netType string, ni NIConfig) error {
+	nc := lnet.NetConfig{Net: net, Interfaces: slices.Clone(ni.Interfaces)}
+	if ni.NID != "" {
+		nid, err := lnetwire.ParseNID(ni.NID)
+		if err != nil {
+			return err
+		}
+		if nid.Net() != net {
+			return fmt.Errorf("NID %s is not on net %s", nid, net)
+		}
+		nc.Addr = nid.Addr()
+	}
+	if len(nc.Interfaces) == 0 && nc.Addr == 0 {
+		return errors.New("no interfaces and no NID address: give interfaces: {0: eth0} (or an IP address)")
+	}
+	tun := ni.Tunables
+	get := func(s Settings, k string) int64 { v, _ := s.Get(k); return v }
+	nc.Tunables = lnd.Tunables{
+		Credits:           int(get(tun, "credits")),
+		PeerCredits:       int(get(tun, "peer_credits")),
+		PeerBufferCredits: int(get(tun, "peer_buffer_credits")),
+		ConnsPerPeer:      int(get(ni.LNDTunables, "conns_per_peer")),
+	}
+	if v, ok := tun.Get("peer_timeout"); ok {
+		nc.Tunables.PeerTimeout = time.Duration(v) * time.Second
+		if v == 0 {
+			nc.Tunables.PeerTimeout = -1 // Lustre: 0 turns aliveness off
+		}
+	}
+	d.mu.Lock()
+	sc := d.socklndConfig(ni.LNDTunables)
+	d.mu.Unlock()
+	nc.LNDConfig = sc
+	before := d.in.NIDs()
+	if err := d.in.AddNet(nc); err != nil {
+		return explainAddNet(err, ni, sc)
+	}
+	var nid lnetwire.NID
+	for _, x := range d.in.NIDs() {
+		if !slices.Contains(before, x) && x.Net() == net {
+			nid = x
+		}
+	}
+	cfg := ni
+	cfg.NID = nid.String()
+	cfg.Interfaces = slices.Clone(ni.Interfaces)
+	d.mu.Lock()
+	d.nis = append(d.nis, niState{netType: netType, nid: nid, cfg: cfg})
+	d.mu.Unlock()
+	attrs := []any{"nid", nid, "interfaces", ni.Interfaces, "accept_port", sc.AcceptPort, "accept", sc.Accept}
+	if drv := d.sock.Driver(nid); drv != nil && drv.ListenAddr() != nil {
+		attrs = append(attrs, "listen", drv.ListenAddr().String())
+	}
+	d.log.Info("lnetd: NI up", attrs...)
+	return nil
+}
+
+// explainAddNet adds what to do to an AddNet failure.
+func explainAddNet(err error, ni NIConfig, sc socklnd.Config) error {
+	var oe *net.OpError
+	switch {
+	case errors.Is(err, lnet.ErrNetExists):
+		return fmt.Errorf("%w (an NI with this NID is already up)", err)
+	case errors.As(err, &oe) && oe.Op == "listen":
+		return fmt.Errorf("%w (is another node using port %d on this address? set global accept_port or lnd tunables accept_port)", err, sc.AcceptPort)
+	}
+	return fmt.Errorf("%w (interfaces %v)", err, ni.Interfaces)
+}
+
+// socklndConfig builds the TCP LND settings of an NI from its lnd
+// tunables and the globals. Called with d.mu held.
+func (d *Daemon) socklndConfig(lt Settings) socklnd.Config {
+	get := func(k string) int64 {
+		if v, ok := lt.Get(k); ok {
+			return v
+		}
+		kd, _ := socklndTable.lookup(k)
+		return kd.def
+	}
+	port, _ := d.global.Get("accept_port")
+	if p := get("accept_port"); p != 0 {
+		port = p
+	}
+	accept, _ := d.global.Get("accept")
+	sec := func(k string) time.Duration { return time.Duration(get(k)) * time.Second }
+	c := socklnd.Config{
+		AcceptPort:       int(port),
+		Accept:           socklnd.AcceptMode(accept),
+		SockTimeout:      sec("sock_timeout"),
+		Keepalive:        sec("keepalive"),
+		Nconnds:          int(get("nconnds")),
+		Nagle:            get("nagle") != 0,
+		TxBufferSize:     int(get("tx_buffer_size")),
+		RxBufferSize:     int(get("rx_buffer_size")),
+		MinBulk:          int(get("min_bulk")),
+		ZCMinPayload:     int(get("zc_min_payload")),
+		MinReconnect:     time.Duration(get("min_reconnectms")) * time.Millisecond,
+		MaxReconnect:     time.Duration(get("max_reconnectms")) * time.Millisecond,
+		SingleConn:       get("typed_conns") == 0,
+		ConnsPerPeer:     int(get("conns_per_peer")),
+		EnableCsum:       get("enable_csum") != 0,
+		DisableZCRequest: get("zc_min_payload") == 0,
+	}
+	if c.Keepalive == 0 {
+		c.Keepalive = -1 // keepalive 0 turns it off
+	}
+	return c
+}
+
+// delNet stops every NI of a net.
+func (d *Daemon) delNet(name string) error {
+	net, err := lnetwire.ParseNet(name)
+	if err != nil {
+		return err
+	}
+	if err := d.in.DelNet(net); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	d.nis = slices.DeleteFunc(d.nis, func(s niState) bool { return s.nid.Net() == net })
+	d.mu.Unlock()
+	d.log.Info("lnetd: net removed", "net", net)
+	return nil
+}
+
+// hasNI reports whether an NI of netType with the same NID or interfaces
+// is already up (import skips those).
+func (d *Daemon) hasNI(netType string, ni NIConfig) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	want, _ := lnetwire.ParseNet(netType)
+	for _, s := range d.nis {
+		if s.nid.Net() != want {
+			continue
+		}
+		if ni.NID != "" && ni.NID == s.nid.String() {
+			return true
+		}
+		if ni.NID == "" && slices.Equal(ni.Interfaces, s.cfg.Interfaces) {
+			return true
+		}
+	}
+	return false
+}
+
+// setGlobal sets a global (lnetctl set). name is the lnetctl set name or
+// the global show key.
+func (d *Daemon) setGlobal(name, value string) error {
+	section, key := setName(name)
+	t := globalTable
+	switch section {
+	case "routing":
+		t = routingTable
+	case "buffers":
+		t = buffersTable
+	}
+	k, ok := t.lookup(key)
+	if !ok {
+		return fmt.Errorf("unknown tunable %q (known: %v)", name, settableNames())
+	}
+	if key == "test_portal" || key == "test_slots" {
+		return fmt.Errorf("%s can only be set in the configuration file (restart lnetd)", key)
+	}
+	v, err := k.parse(value)
+	if err != nil {
+		return fmt.Errorf("%s: %v", name, err)
+	}
+	d.mu.Lock()
+	switch section {
+	case "routing":
+		d.routing.Set(key, v)
+	case "buffers":
+		d.buffers.Set(key, v)
+	default:
+		d.global.Set(key, v)
+	}
+	g := d.coreGlobals()
+	d.mu.Unlock()
+	d.in.SetGlobals(g)
+	d.log.Info("lnetd: set", "tunable", name, "value", k.format(v))
+	return nil
+}
+
+// setName maps lnetctl set names onto sections and keys.
+func setName(name string) (section, key string) {
+	switch name {
+	case "max_interfaces", "max_intf":
+		return "global", "max_intf"
+	case "routing":
+		return "routing", "enable"
+	case "tiny_buffers", "small_buffers", "large_buffers":
+		return "buffers", name[:len(name)-len("_buffers")]
+	}
+	return "global", name
+}
+
+func settableNames() []string {
+	out := []string{"max_interfaces", "routing", "tiny_buffers", "small_buffers", "large_buffers"}
+	for _, k := range globalTable {
+		if k.name != "max_intf" && k.name != "test_portal" && k.name != "test_slots" {
+			out = append(out, k.name)
+		}
+	}
+	return out
+}
+
+// Export returns the running configuration. backup gives only what
+// import needs; otherwise it also carries the show-style fields (status,
+// statistics) import ignores.
+func (d *Daemon) Export(backup bool) Map {
+	c := d.config()
+	if backup {
+		return c.Doc(true)
+	}
+	doc := Map{}.add(keyNet, d.netsDoc("", true).Get(keyNet))
+	full := c.Doc(true)
+	for _, f := range full {
+		if f.Key != keyNet {
+			doc = append(doc, f)
+		}
+	}
+	return doc
+}
+
+// config assembles the running configuration.
+func (d *Daemon) config() *Config {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c := &Config{
+		Routes:  slices.Clone(d.routes),
+		Peers:   slices.Clone(d.peers),
+		Global:  slices.Clone(d.global),
+		Routing: slices.Clone(d.routing),
+		Buffers: slices.Clone(d.buffers),
+	}
+	infos := d.in.Nets()
+	for _, s := range d.nis {
+		ni := s.cfg
+		for _, inf := range infos {
+			if inf.NID == s.nid {
+				ni.Tunables = tunablesOf(inf.Tunables)
+			}
+		}
+		ni.LNDTunables = lndTable(lndName(s.netType)).effective(ni.LNDTunables)
+		i := slices.IndexFunc(c.Nets, func(n NetConfig) bool { return n.Type == s.netType })
+		if i < 0 {
+			c.Nets = append(c.Nets, NetConfig{Type: s.netType})
+			i = len(c.Nets) - 1
+		}
+		c.Nets[i].NIs = append(c.Nets[i].NIs, ni)
+	}
+	return c
+}
+
+// tunablesOf renders effective core tunables as the "tunables:" section.
+func tunablesOf(t lnd.Tunables) Settings {
+	pt := int64(t.PeerTimeout / time.Second)
+	if t.PeerTimeout < 0 {
+		pt = 0
+	}
+	return Settings{
+		{"peer_timeout", pt},
+		{"peer_credits", int64(t.PeerCredits)},
+		{"peer_buffer_credits", int64(t.PeerBufferCredits)},
+		{"credits", int64(t.Credits)},
+	}
+}
+
+// Import applies a configuration (lnetctl import): nets not yet up are
+// added, globals set, peers and routes stored. With del it removes the
+// listed nets, peers and routes instead. It returns one error per item
+// that failed; the rest is applied.
+func (d *Daemon) Import(c *Config, del bool) []*OpError {
+	var errs []*OpError
+	if del {
+		for _, n := range c.Nets {
+			if lndName(n.Type) == "lo" {
+				continue
+			}
+			if err := d.delNet(n.Type); err != nil {
+				errs = append(errs, coreErr("del", "net", "cannot delete network "+n.Type, err))
+			}
+		}
+		d.mu.Lock()
+		for _, p := range c.Peers {
+			d.peers = slices.DeleteFunc(d.peers, func(x PeerConfig) bool { return x.PrimaryNID == p.PrimaryNID })
+		}
+		for _, r := range c.Routes {
+			d.routes = slices.DeleteFunc(d.routes, func(x RouteConfig) bool { return x.Net == r.Net && x.Gateway == r.Gateway })
+		}
+		d.mu.Unlock()
+		return errs
+	}
+	for _, s := range c.Global {
+		k, _ := globalTable.lookup(s.Name)
+		if s.Name == "test_portal" || s.Name == "test_slots" {
+			continue // fixed at start
+		}
+		if err := d.setGlobal(s.Name, fmt.Sprint(k.format(s.Value))); err != nil {
+			errs = append(errs, opErr("import", "global", errnoInval, "%v", err))
+		}
+	}
+	for _, s := range c.Routing {
+		_ = d.setGlobal("routing", strconv.FormatInt(s.Value, 10))
+	}
+	for _, s := range c.Buffers {
+		_ = d.setGlobal(s.Name+"_buffers", strconv.FormatInt(s.Value, 10))
+	}
+	for i, n := range c.Nets {
+		if lndName(n.Type) == "lo" {
+			continue
+		}
+		todo := n
+		todo.NIs = slices.DeleteFunc(slices.Clone(n.NIs), func(ni NIConfig) bool { return d.hasNI(n.Type, ni) })
+		if len(todo.NIs) == 0 {
+			continue
+		}
+		if err := d.addNet(todo, fmt.Sprintf("net[%d]", i)); err != nil {
+			errs = append(errs, opErr("add", "net", errnoInval, "cannot add network: %v", err))
+		}
+	}
+	d.mu.Lock()
+	for _, p := range c.Peers {
+		d.peers = slices.DeleteFunc(d.peers, func(x PeerConfig) bool { return x.PrimaryNID == p.PrimaryNID })
+		d.peers = append(d.peers, p)
+	}
+	for _, r := range c.Routes {
+		if !slices.Contains(d.routes, r) {
+			d.routes = append(d.routes, r)
+		}
+	}
+	d.mu.Unlock()
+	return errs
+}
+
+// coreErr maps an lnet error onto an OpError with the matching errno.
+func coreErr(cmd, obj, what string, err error) *OpError {
+	errno := errnoInval
+	switch {
+	case errors.Is(err, lnet.ErrNoEnt):
+		errno = errnoNoEnt
+	case errors.Is(err, lnet.ErrBusy):
+		errno = errnoBusy
+	case errors.Is(err, lnet.ErrNetExists):
+		errno = errnoExist
+	case errors.Is(err, lnet.ErrNoLND):
+		errno = errnoNoDev
+	case errors.Is(err, lnet.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		errno = errnoTimedOut
+	case errors.Is(err, lnet.ErrNoRoute):
+		errno = errnoHostUnr
+	case errors.Is(err, lnet.ErrPeerDown), errors.Is(err, lnet.ErrDropped):
+		errno = errnoIO
+	case errors.Is(err, lnet.ErrBadPingInfo):
+		errno = errnoProto
+	}
+	return opErr(cmd, obj, errno, "%s: %v", what, err)
+}

@@ -1,0 +1,574 @@
+package lnetd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"softib/lnet"
+	"softib/lnet/lnd"
+	"softib/lnet/socklnd"
+	"softib/wire/lnetwire"
+)
+
+// NetArgs are the arguments of net.add (lnetctl net add).
+type NetArgs struct {
+	Net         string   `json:"net"`
+	Interfaces  []string `json:"interfaces,omitempty"`
+	NID         string   `json:"nid,omitempty"`
+	Tunables    Settings `json:"tunables,omitempty"`
+	LNDTunables Settings `json:"lnd_tunables,omitempty"`
+	CPT         string   `json:"cpt,omitempty"`
+}
+
+// ShowArgs select what net.show and peer.show print.
+type ShowArgs struct {
+	Net     string `json:"net,omitempty"`
+	NID     string `json:"nid,omitempty"`
+	Verbose bool   `json:"verbose,omitempty"`
+}
+
+// PingArgs are the arguments of ping.
+type PingArgs struct {
+	NID     string        `json:"nid"`
+	Timeout time.Duration `json:"timeout,omitempty"`
+	// Source, when set, must be one of the node's NIDs; the core picks
+	// the NI for the peer's net, which is then checked against it.
+	Source string `json:"source,omitempty"`
+}
+
+// PingReply is what a ping learned.
+type PingReply struct {
+	Primary   string        `json:"primary_nid"`
+	PID       uint32        `json:"pid"`
+	MultiRail bool          `json:"multi_rail"`
+	NIDs      []PingNI      `json:"peer_ni"`
+	RTT       time.Duration `json:"rtt_ns"`
+	Source    string        `json:"source,omitempty"`
+}
+
+// PingNI is one NID of a ping reply.
+type PingNI struct {
+	NID    string `json:"nid"`
+	Status string `json:"status"`
+}
+
+// Doc renders the reply as one entry of lnetctl ping's "ping:" list.
+func (r *PingReply) Doc() Map {
+	nis := List{}
+	for _, n := range r.NIDs {
+		nis = append(nis, Map{}.add("nid", n.NID))
+	}
+	return Map{}.add(keyPrimaryNID, r.Primary).add(keyMultiRail, r.MultiRail).add(keyPeerNI, nis)
+}
+
+// SetArgs are the arguments of set (lnetctl set <tunable> <value>).
+type SetArgs struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// ImportArgs are the arguments of import.
+type ImportArgs struct {
+	Config *Config `json:"config"`
+	Del    bool    `json:"del,omitempty"`
+}
+
+// ImportResult lists the items import could not apply.
+type ImportResult struct {
+	Errors []*OpError `json:"errors,omitempty"`
+}
+
+// PeerArgs are the arguments of peer.add and peer.del.
+type PeerArgs struct {
+	PrimaryNID string   `json:"primary_nid"`
+	NIDs       []string `json:"nids,omitempty"`
+	NonMR      bool     `json:"non_mr,omitempty"`
+}
+
+// Handle executes one control request. It is the Handler lnetd serves.
+func (d *Daemon) Handle(ctx context.Context, op string, raw json.RawMessage) (any, *OpError) {
+	dec := func(v any) *OpError {
+		if len(raw) == 0 {
+			return nil
+		}
+		if err := json.Unmarshal(raw, v); err != nil {
+			return opErr("manage", op, errnoInval, "bad arguments for %s: %v", op, err)
+		}
+		return nil
+	}
+	switch op {
+	case "net.add":
+		var a NetArgs
+		if e := dec(&a); e != nil {
+			return nil, e
+		}
+		return nil, d.opNetAdd(a)
+	case "net.del":
+		var a NetArgs
+		if e := dec(&a); e != nil {
+			return nil, e
+		}
+		if lndName(a.Net) == "lo" {
+			return nil, opErr("del", "net", errnoInval, "cannot delete network: the loopback net is always there")
+		}
+		if !d.netUp(a.Net) {
+			return nil, opErr("del", "net", errnoNoEnt, "cannot delete network: net %s is not configured", a.Net)
+		}
+		if err := d.delNet(a.Net); err != nil {
+			return nil, coreErr("del", "net", "cannot delete network", err)
+		}
+		return nil, nil
+	case "net.show":
+		var a ShowArgs
+		if e := dec(&a); e != nil {
+			return nil, e
+		}
+		if a.Net != "" && lndName(a.Net) != "lo" && !d.netUp(a.Net) {
+			return nil, opErr("show", "net", errnoNoEnt, "net %s is not configured", a.Net)
+		}
+		return d.netsDoc(a.Net, a.Verbose), nil
+	case "peer.show":
+		var a ShowArgs
+		if e := dec(&a); e != nil {
+			return nil, e
+		}
+		return d.peersDoc(a.NID, a.Verbose)
+	case "peer.add", "peer.del":
+		var a PeerArgs
+		if e := dec(&a); e != nil {
+			return nil, e
+		}
+		return nil, d.opPeer(op == "peer.add", a)
+	case "route.add", "route.del":
+		var a RouteConfig
+		if e := dec(&a); e != nil {
+			return nil, e
+		}
+		return nil, d.opRoute(op == "route.add", a)
+	case "route.show":
+		c := &Config{Routes: d.config().Routes}
+		doc := c.Doc(false)
+		if len(doc) == 0 {
+			doc = Map{}.add("route", List{})
+		}
+		return doc, nil
+	case "ping":
+		var a PingArgs
+		if e := dec(&a); e != nil {
+			return nil, e
+		}
+		return d.opPing(ctx, a)
+	case "stats.show":
+		return statsDoc(d.in.Stats()), nil
+	case "stats.reset":
+		d.in.ResetStats()
+		return nil, nil
+	case "global.show":
+		d.mu.Lock()
+		doc := Map{}.add("global", settingsDoc(d.global, globalTable, true))
+		d.mu.Unlock()
+		return doc, nil
+	case "set":
+		var a SetArgs
+		if e := dec(&a); e != nil {
+			return nil, e
+		}
+		if err := d.setGlobal(a.Name, a.Value); err != nil {
+			return nil, opErr("set", a.Name, errnoInval, "%v", err)
+		}
+		return nil, nil
+	case "export":
+		var a struct {
+			Backup bool `json:"backup"`
+		}
+		if e := dec(&a); e != nil {
+			return nil, e
+		}
+		return d.Export(a.Backup), nil
+	case "import":
+		var a ImportArgs
+		if e := dec(&a); e != nil {
+			return nil, e
+		}
+		if a.Config == nil {
+			return nil, opErr("import", "config", errnoInval, "no configuration given")
+		}
+		return ImportResult{Errors: d.Import(a.Config, a.Del)}, nil
+	}
+	if strings.HasPrefix(op, "test.") && d.test != nil {
+		return d.test.handle(ctx, op, dec)
+	}
+	if strings.HasPrefix(op, "test.") {
+		return nil, opErr("manage", "test", errnoNoSys, "the echo test service is off (global test_portal: -1)")
+	}
+	return nil, opErr("manage", op, errnoNoSys, "unknown operation %q (is lnetd older than lnetctl?)", op)
+}
+
+// netUp reports whether a net (by name) has an NI up.
+func (d *Daemon) netUp(name string) bool {
+	net, err := lnetwire.ParseNet(name)
+	if err != nil {
+		return false
+	}
+	for _, nid := range d.in.NIDs() {
+		if nid.Net() == net {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *Daemon) opNetAdd(a NetArgs) *OpError {
+	net, err := lnetwire.ParseNet(a.Net)
+	if err != nil {
+		return opErr("add", "net", errnoInval, "cannot add network: %q is not a net (like tcp or tcp1): %v", a.Net, err)
+	}
+	if net.Type() == lnetwire.LOLND {
+		return opErr("add", "net", errnoExist, "cannot add network: the loopback net is always there")
+	}
+	ni := NIConfig{NID: a.NID, Interfaces: a.Interfaces, Tunables: a.Tunables, LNDTunables: a.LNDTunables, CPT: a.CPT}
+	for _, s := range a.Tunables {
+		k, ok := tunablesTable.lookup(s.Name)
+		if !ok {
+			return opErr("add", "net", errnoInval, "cannot add network: unknown tunable %q", s.Name)
+		}
+		if _, err := k.parse(fmt.Sprint(s.Value)); err != nil {
+			return opErr("add", "net", errnoInval, "cannot add network: %s: %v", s.Name, err)
+		}
+	}
+	if lt := lndTable(net.Type().String()); lt != nil {
+		for _, s := range a.LNDTunables {
+			if _, ok := lt.lookup(s.Name); !ok {
+				return opErr("add", "net", errnoInval, "cannot add network: unknown lnd tunable %q for %s", s.Name, net.Type())
+			}
+		}
+	}
+	if err := d.addNet(NetConfig{Type: net.String(), NIs: []NIConfig{ni}}, "net"); err != nil {
+		oe := opErr("add", "net", errnoInval, "cannot add network: %v", err)
+		if strings.Contains(err.Error(), "already") {
+			oe.Errno = -errnoExist
+		}
+		return oe
+	}
+	return nil
+}
+
+func (d *Daemon) opPeer(add bool, a PeerArgs) *OpError {
+	cmd := "del"
+	if add {
+		cmd = "add"
+	}
+	prim, err := lnetwire.ParseNID(a.PrimaryNID)
+	if err != nil {
+		return opErr(cmd, "peer", errnoInval, "bad primary NID %q: %v", a.PrimaryNID, err)
+	}
+	for _, s := range a.NIDs {
+		if _, err := lnetwire.ParseNID(s); err != nil {
+			return opErr(cmd, "peer", errnoInval, "bad NID %q: %v", s, err)
+		}
+	}
+	d.mu.Lock()
+	i := slices.IndexFunc(d.peers, func(p PeerConfig) bool { return p.PrimaryNID == prim.String() })
+	if add {
+		nids := append([]string{prim.String()}, a.NIDs...)
+		if i >= 0 {
+			for _, n := range a.NIDs {
+				if !slices.Contains(d.peers[i].NIDs, n) {
+					d.peers[i].NIDs = append(d.peers[i].NIDs, n)
+				}
+			}
+		} else {
+			d.peers = append(d.peers, PeerConfig{PrimaryNID: prim.String(), MultiRail: !a.NonMR, NIDs: slices.Compact(nids)})
+		}
+		d.mu.Unlock()
+		return nil
+	}
+	var victims []string
+	switch {
+	case i >= 0 && len(a.NIDs) == 0:
+		victims = d.peers[i].NIDs
+		d.peers = slices.Delete(d.peers, i, i+1)
+	case i >= 0:
+		victims = a.NIDs
+		d.peers[i].NIDs = slices.DeleteFunc(d.peers[i].NIDs, func(n string) bool { return slices.Contains(a.NIDs, n) })
+	default:
+		victims = append([]string{prim.String()}, a.NIDs...)
+	}
+	d.mu.Unlock()
+	found := i >= 0
+	for _, s := range victims {
+		nid, _ := lnetwire.ParseNID(s)
+		err := d.in.DelPeer(nid)
+		switch {
+		case err == nil:
+			found = true
+		case errors.Is(err, lnet.ErrBusy):
+			return coreErr("del", "peer", "cannot delete peer "+s, err)
+		}
+	}
+	if !found {
+		return opErr("del", "peer", errnoNoEnt, "cannot delete peer %s: no such peer", prim)
+	}
+	return nil
+}
+
+func (d *Daemon) opRoute(add bool, r RouteConfig) *OpError {
+	cmd := "del"
+	if add {
+		cmd = "add"
+	}
+	if _, err := lnetwire.ParseNet(r.Net); err != nil {
+		return opErr(cmd, "route", errnoInval, "bad net %q: %v", r.Net, err)
+	}
+	if _, err := lnetwire.ParseNID(r.Gateway); err != nil {
+		return opErr(cmd, "route", errnoInval, "bad gateway %q: %v", r.Gateway, err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	i := slices.IndexFunc(d.routes, func(x RouteConfig) bool { return x.Net == r.Net && x.Gateway == r.Gateway })
+	if add {
+		if i >= 0 {
+			return opErr(cmd, "route", errnoExist, "route to %s via %s exists", r.Net, r.Gateway)
+		}
+		if r.Hop == 0 {
+			r.Hop = -1
+		}
+		d.routes = append(d.routes, r)
+		d.log.Warn("lnetd: route stored but not used: this node does not route yet", "net", r.Net, "gateway", r.Gateway)
+		return nil
+	}
+	if i < 0 {
+		return opErr(cmd, "route", errnoNoEnt, "no route to %s via %s", r.Net, r.Gateway)
+	}
+	d.routes = slices.Delete(d.routes, i, i+1)
+	return nil
+}
+
+func (d *Daemon) opPing(ctx context.Context, a PingArgs) (any, *OpError) {
+	nid, err := lnetwire.ParseNID(a.NID)
+	if err != nil {
+		return nil, opErr("manage", "ping", errnoInval, "failed to ping %s: not a NID: %v", a.NID, err)
+	}
+	var src lnetwire.NID
+	if _, s, _, err := d.in.Dist(nid); err == nil {
+		src = s
+	}
+	if a.Source != "" {
+		want, err := lnetwire.ParseNID(a.Source)
+		if err != nil || !d.in.IsPeerLocal(want) {
+			return nil, opErr("manage", "ping", errnoInval, "failed to ping %s: source %s is not a local NID", a.NID, a.Source)
+		}
+		if src != want {
+			return nil, opErr("manage", "ping", errnoInval,
+				"failed to ping %s: the node sends from %s (one NI per net); source %s cannot be used", a.NID, src, a.Source)
+		}
+	}
+	res, err := d.in.Ping(ctx, lnetwire.ProcessID{NID: nid, PID: lnetwire.PIDAny}, a.Timeout)
+	if err != nil {
+		oe := coreErr("manage", "ping", "failed to ping "+nid.String(), err)
+		oe.Hint = "check that the peer's lnetd runs and that both use the same acceptor port"
+		return nil, oe
+	}
+	return pingReplyOf(res, src), nil
+}
+
+func pingReplyOf(res lnet.PingResult, src lnetwire.NID) *PingReply {
+	r := &PingReply{PID: uint32(res.Target.PID), RTT: res.RTT,
+		MultiRail: res.Features&lnetwire.PingFeatMultiRail != 0}
+	if src != 0 {
+		r.Source = src.String()
+	}
+	for _, n := range res.NIDs {
+		st := "up"
+		if n.Status != lnetwire.PingStatusUp {
+			st = "down"
+		}
+		r.NIDs = append(r.NIDs, PingNI{NID: n.NID.String(), Status: st})
+	}
+	if len(r.NIDs) > 0 {
+		r.Primary = r.NIDs[0].NID
+	} else {
+		r.Primary = res.Target.NID.String()
+	}
+	return r
+}
+
+// netsDoc renders lnetctl net show [-v] for one net or all.
+func (d *Daemon) netsDoc(filter string, verbose bool) Map {
+	var want lnetwire.Net
+	if filter != "" {
+		want, _ = lnetwire.ParseNet(filter)
+	}
+	d.mu.Lock()
+	nis := slices.Clone(d.nis)
+	d.mu.Unlock()
+	nets := List{}
+	index := map[lnetwire.Net]int{}
+	for _, inf := range d.in.Nets() {
+		if filter != "" && inf.Net != want {
+			continue
+		}
+		m := Map{}.add("nid", inf.NID.String()).add("status", inf.Status)
+		var st *niState
+		for i := range nis {
+			if nis[i].nid == inf.NID {
+				st = &nis[i]
+			}
+		}
+		if len(inf.Interfaces) > 0 {
+			ifs := Map{}
+			for i, s := range inf.Interfaces {
+				ifs = ifs.add(fmt.Sprint(i), s)
+			}
+			m = m.add(keyInterfaces, ifs)
+		}
+		if verbose {
+			m = m.add("statistics", Map{}.add("send_count", inf.SendCount).
+				add("recv_count", inf.RecvCount).add("drop_count", inf.DropCount))
+			tun := tunablesOf(inf.Tunables)
+			if inf.LND == "lo" {
+				tun = tunablesOf(lnd.Tunables{})
+			}
+			m = m.add(keyTunables, settingsDoc(tun, tunablesTable, false))
+			var lt Map
+			if st != nil {
+				lt = settingsDoc(lndTable(inf.LND).effective(st.cfg.LNDTunables), lndTable(inf.LND), false)
+			}
+			m = m.add(keyLNDTunables, lt)
+			if inf.LND != "lo" {
+				m = m.add("tx credits", Map{}.add("max", int64(inf.MaxTxCredits)).add("available", int64(inf.TxCredits)).
+					add("min", int64(inf.MinTxCredits)).add("queued", int64(inf.Queued)))
+			}
+			if drv := d.sock.Driver(inf.NID); drv != nil {
+				m = m.add("lnd statistics", socklndStats(drv.Stats(), drv.Incarnation()))
+			}
+			cpt := "[0]"
+			if st != nil && st.cfg.CPT != "" {
+				cpt = st.cfg.CPT
+			}
+			m = m.add("dev cpt", int64(-1)).add("CPT", cpt)
+		}
+		i, ok := index[inf.Net]
+		if !ok {
+			nets = append(nets, Map{}.add(keyNetType, inf.Net.String()).add(keyLocalNIs, List{}))
+			i = len(nets) - 1
+			index[inf.Net] = i
+		}
+		nm := nets[i].(Map)
+		nm[1].Value = append(nm[1].Value.(List), m)
+	}
+	return Map{}.add(keyNet, nets)
+}
+
+// peersDoc renders lnetctl peer show [-v] [--nid]. Peer NIs are grouped
+// under the primary NID learned by ping; configured peers without traffic
+// are listed too.
+func (d *Daemon) peersDoc(filter string, verbose bool) (Map, *OpError) {
+	var fnid lnetwire.NID
+	if filter != "" {
+		n, err := lnetwire.ParseNID(filter)
+		if err != nil {
+			return nil, opErr("show", "peer", errnoInval, "bad NID %q: %v", filter, err)
+		}
+		fnid = n
+	}
+	type group struct {
+		prim lnetwire.NID
+		mr   bool
+		nis  List
+		seen map[lnetwire.NID]bool
+	}
+	var groups []*group
+	find := func(prim lnetwire.NID) *group {
+		for _, g := range groups {
+			if g.prim == prim {
+				return g
+			}
+		}
+		g := &group{prim: prim, seen: map[lnetwire.NID]bool{}}
+		groups = append(groups, g)
+		return g
+	}
+	for _, p := range d.in.Peers() {
+		g := find(p.PrimaryNID)
+		g.seen[p.NID] = true
+		m := Map{}.add("nid", p.NID.String()).add("state", p.State)
+		if verbose {
+			m = m.add("max_ni_tx_credits", int64(p.MaxTxCredits)).
+				add("available_tx_credits", int64(p.TxCredits)).
+				add("min_tx_credits", int64(p.MinTxCredits)).
+				add("tx_q_num_of_buf", int64(p.QueueLen)).
+				add("available_rtr_credits", int64(p.MaxTxCredits)).
+				add("min_rtr_credits", int64(p.MaxTxCredits)).
+				add("refcount", int64(p.Refs))
+			if !p.LastAlive.IsZero() {
+				m = m.add("last_alive", int64(time.Since(p.LastAlive)/time.Second))
+			}
+		}
+		g.nis = append(g.nis, m)
+	}
+	d.mu.Lock()
+	cfgPeers := slices.Clone(d.peers)
+	d.mu.Unlock()
+	for _, pc := range cfgPeers {
+		prim, _ := lnetwire.ParseNID(pc.PrimaryNID)
+		g := find(prim)
+		g.mr = pc.MultiRail
+		for _, s := range pc.NIDs {
+			n, _ := lnetwire.ParseNID(s)
+			if !g.seen[n] {
+				g.seen[n] = true
+				g.nis = append(g.nis, Map{}.add("nid", s).add("state", "NA"))
+			}
+		}
+	}
+	list := List{}
+	for _, g := range groups {
+		if filter != "" && g.prim != fnid && !g.seen[fnid] {
+			continue
+		}
+		m := Map{}.add(keyPrimaryNID, g.prim.String()).add(keyMultiRail, g.mr)
+		if verbose {
+			m = m.add("peer state", int64(0))
+		}
+		list = append(list, m.add(keyPeerNI, g.nis))
+	}
+	if filter != "" && len(list) == 0 {
+		return nil, opErr("show", "peer", errnoNoEnt, "no peer %s (traffic or peer add creates one)", filter)
+	}
+	return Map{}.add("peer", list), nil
+}
+
+// statsDoc renders lnetctl stats show (the lnet_counters_common fields).
+func statsDoc(s lnet.Stats) Map {
+	return Map{}.add("statistics", Map{}.
+		add("msgs_alloc", s.MsgsAlloc).add("msgs_max", s.MsgsMax).add("errors", s.Errors).
+		add("send_count", s.SendCount).add("recv_count", s.RecvCount).
+		add("route_count", s.RouteCount).add("drop_count", s.DropCount).
+		add("send_length", s.SendLength).add("recv_length", s.RecvLength).
+		add("route_length", s.RouteLength).add("drop_length", s.DropLength))
+}
+
+// socklndStats renders the TCP LND counters (softib extension of
+// net show -v); peer_reboots counts incarnation changes seen.
+func socklndStats(s *socklnd.Stats, incarnation uint64) Map {
+	return Map{}.add("incarnation", fmt.Sprintf("%#x", incarnation)).
+		add("conns_active", s.ConnsActive.Load()).
+		add("conns_established", s.ConnsEstablished.Load()).
+		add("conns_closed", s.ConnsClosed.Load()).
+		add("connect_failures", s.ConnectFailures.Load()).
+		add("races", s.Races.Load()).
+		add("accept_refused", s.AcceptRefused.Load()).
+		add("peer_reboots", s.PeerReboots.Load()).
+		add("tx_msgs", s.TxMsgs.Load()).add("rx_msgs", s.RxMsgs.Load()).
+		add("tx_bytes", s.TxBytes.Load()).add("rx_bytes", s.RxBytes.Load()).
+		add("keepalives_sent", s.KeepalivesSent.Load()).
+		add("csum_errors", s.CsumErrors.Load()).
+		add("malformed", s.Malformed.Load()).
+		add("tx_timeouts", s.TxTimeouts.Load())
+}

@@ -17,6 +17,7 @@ package lnet
 
 import (
 	"sync"
+	"time"
 
 	"softib/lnet/lnd"
 	"softib/wire/lnetwire"
@@ -346,6 +347,10 @@ func (in *Instance) finalize(m *message, status error) {
 		// Failed while waiting for credits (shutdown): it is no longer on
 		// a queue (the caller removed it).
 		m.queued = false
+	}
+	if p := m.peer; p != nil && p.down && m.status == nil && !m.rx {
+		// The LND delivered to a peer we thought dead: it is back.
+		in.setPeerAliveLocked(p, true, time.Now())
 	}
 	in.returnCreditsLocked(m, &ps)
 	switch {

@@ -246,3 +246,43 @@ func TestRDMAPaths(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// TestLazyWithoutEagerRecv: a driver without EagerRecv keeps the payload;
+// Recv comes later with delayed=true, or as a drop when the NI goes away.
+func TestLazyWithoutEagerRecv(t *testing.T) {
+	raw := &rawLND{}
+	me := lnetwire.MustParseNID("5@gni")
+	peer := lnetwire.MustParseNID("6@gni")
+	in, err := lnet.New(lnet.Config{LNDs: []lnd.LND{raw}, Nets: []lnet.NetConfig{{Net: me.Net(), Addr: me.Addr()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	in.SetLazyPortal(4)
+	h := lnetwire.Header{Type: lnetwire.MsgPUT, DestNID: me, SrcNID: peer, DestPID: 12345, SrcPID: 12345,
+		PayloadLength: 5, WMD: lnetwire.WireHandleNone, MatchBits: 1, Portal: 4}
+	for range 2 {
+		if err := raw.ni.Parse(&h, peer, []byte("hello"), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(raw.recvs) != 0 {
+		t.Fatalf("Recv before an ME: %+v", raw.recvs)
+	}
+	me1, _ := in.MEAttach(4, lnetwire.ProcessIDAny, 1, 0, lnet.AutoUnlink, lnet.InsAfter)
+	buf := make([]byte, 8)
+	in.MDAttach(me1, lnet.MD{Start: buf, Threshold: 1, Options: lnet.MDOpPut}, lnet.AutoUnlink)
+	if r := raw.lastRecv(t); r.dropped || r.mlen != 5 || string(buf[:5]) != "hello" {
+		t.Fatalf("delayed Recv %+v, buf %q", r, buf)
+	}
+	// The second one is still waiting; removing the net drops it.
+	if err := in.DelNet(me.Net()); err != nil {
+		t.Fatal(err)
+	}
+	if r := raw.lastRecv(t); !r.dropped || r.rlen != 5 {
+		t.Fatalf("shutdown Recv %+v", r)
+	}
+	if st := in.Stats(); st.MsgsAlloc != 0 || st.Delayed != 2 || st.DropCount != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}

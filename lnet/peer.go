@@ -55,10 +55,10 @@ func (p *peer) aliveness() bool {
 
 // setPeerAliveLocked records what an LND (or a received message) says.
 func (in *Instance) setPeerAliveLocked(p *peer, alive bool, when time.Time) {
-	t := max(int64(when.Sub(in.start)), 1)
+	t := int64(when.Sub(in.start))
 	if alive {
 		p.down = false
-		p.lastAlive = max(p.lastAlive, t)
+		p.lastAlive = max(p.lastAlive, t, 1) // 0 means never
 		return
 	}
 	if t < p.lastAlive {

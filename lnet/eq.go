@@ -158,6 +158,9 @@ func (w *waiterSet) wake() {
 func (in *Instance) EQPoll(eqs []*EQ, timeout time.Duration) (Event, int, error) {
 	var ev Event
 	for i, eq := range eqs { // fast path: no allocation when an event is ready
+		if eq == nil || eq.in != in {
+			return ev, -1, ErrInvalid
+		}
 		if ok, err := eq.dequeue(&ev); ok {
 			return ev, i, err
 		}
@@ -183,6 +186,11 @@ func (in *Instance) EQPollContext(ctx context.Context, eqs []*EQ) (Event, int, e
 	var ev Event
 	if len(eqs) == 0 {
 		return ev, -1, ErrInvalid
+	}
+	for _, eq := range eqs {
+		if eq == nil || eq.in != in {
+			return ev, -1, ErrInvalid // its events would not wake us
+		}
 	}
 	scan := func() (int, error, bool) {
 		for i, eq := range eqs {

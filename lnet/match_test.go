@@ -424,4 +424,10 @@ func TestMDValidation(t *testing.T) {
 	if err := in.EQFree(eq2); err != nil {
 		t.Errorf("EQFree: %v", err)
 	}
+	if _, err := in.MDBind(lnet.MD{Threshold: 1, EQ: eq2}, lnet.Retain); !errors.Is(err, lnet.ErrInvalid) {
+		t.Errorf("MD on a freed EQ: %v", err)
+	}
+	if _, _, err := in.EQPoll([]*lnet.EQ{eq}, 0); !errors.Is(err, lnet.ErrInvalid) {
+		t.Errorf("EQPoll on another instance's EQ: %v", err)
+	}
 }

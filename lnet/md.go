@@ -66,20 +66,24 @@ func (in *Instance) buildMD(u MD, unlink Unlink) (*libMD, error) {
 	if u.Options&MDMaxSize != 0 && (u.MaxSize < 0 || u.MaxSize > md.length) {
 		return nil, ErrInvalid
 	}
-	if u.EQ != nil && (u.EQ.in != in || u.EQ.freed) {
+	if u.EQ != nil && u.EQ.in != in {
 		return nil, ErrInvalid
 	}
 	return md, nil
 }
 
 // addMDLocked registers md in the handle table.
-func (in *Instance) addMDLocked(md *libMD) {
+func (in *Instance) addMDLocked(md *libMD) error {
+	if md.eq != nil && md.eq.freed { // freed is stable under mu
+		return ErrInvalid
+	}
 	in.nextCookie++
 	md.cookie = in.nextCookie
 	in.mds[md.cookie] = md
 	if md.eq != nil {
 		md.eq.refs++
 	}
+	return nil
 }
 
 // MDAttach attaches an MD to an ME (LNetMDAttach), making it available to
@@ -105,7 +109,10 @@ func (in *Instance) MDAttach(me *ME, u MD, unlink Unlink) (MDHandle, error) {
 		in.mu.Unlock()
 		return MDHandle{}, ErrBusy
 	}
-	in.addMDLocked(md)
+	if err := in.addMDLocked(md); err != nil {
+		in.mu.Unlock()
+		return MDHandle{}, err
+	}
 	md.me = me
 	me.md = md
 	h := md.handle()
@@ -127,7 +134,9 @@ func (in *Instance) MDBind(u MD, unlink Unlink) (MDHandle, error) {
 	if in.closed {
 		return MDHandle{}, ErrClosed
 	}
-	in.addMDLocked(md)
+	if err := in.addMDLocked(md); err != nil {
+		return MDHandle{}, err
+	}
 	return md.handle(), nil
 }
 

@@ -64,7 +64,7 @@ func (in *Instance) updatePingLocked() {
 	if old := in.ping.md; old != nil && !old.zombie {
 		in.unlinkMDLocked(old)
 	}
-	in.addMDLocked(md)
+	_ = in.addMDLocked(md) // no EQ: cannot fail
 	md.me = me
 	me.md = md
 	in.ping.md = md

@@ -103,6 +103,10 @@ type Config struct {
 	ListenAddr string
 	// SourcePort selects the active side's local port.
 	SourcePort SourcePortMode
+	// SocketContext, if set, runs every socket creation (the listener and
+	// each dial) through f, e.g. netns.Node.Do, so the sockets belong to
+	// a network namespace; they are then used from any goroutine.
+	SocketContext func(f func() error) error
 	// PeerAddr maps a peer NID to the address to dial; nil means the
 	// NID's IPv4 address and AcceptPort. Tests use it to run several
 	// nodes on distinct ports.

@@ -457,10 +457,20 @@ func (d *Driver) dial(addr string) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(d.ctx, d.cfg.SockTimeout)
 	defer cancel()
 	local := net.IP(nidAddr(d.nid).AsSlice())
+	dialOnce := func(dl *net.Dialer) (nc net.Conn, err error) {
+		serr := d.socketContext(func() error {
+			nc, err = dl.DialContext(ctx, "tcp4", addr)
+			return nil
+		})
+		if serr != nil {
+			return nil, serr
+		}
+		return nc, err
+	}
 	if d.cfg.SourcePort != SourcePortAny {
 		for port := maxReservedPort; port >= minReservedPort; port-- {
 			dl := net.Dialer{LocalAddr: &net.TCPAddr{IP: local, Port: port}, Control: reuseAddr}
-			nc, err := dl.DialContext(ctx, "tcp4", addr)
+			nc, err := dialOnce(&dl)
 			if err == nil {
 				return nc, nil
 			}
@@ -480,11 +490,10 @@ func (d *Driver) dial(addr string) (net.Conn, error) {
 			return nil, errors.New("socklnd: no free privileged port")
 		}
 	}
-	dl := net.Dialer{LocalAddr: &net.TCPAddr{IP: local}}
-	nc, err := dl.DialContext(ctx, "tcp4", addr)
+	nc, err := dialOnce(&net.Dialer{LocalAddr: &net.TCPAddr{IP: local}})
 	if errors.Is(err, syscall.EADDRNOTAVAIL) {
 		// The NID's address is not local (NAT): let the kernel choose.
-		nc, err = (&net.Dialer{}).DialContext(ctx, "tcp4", addr)
+		nc, err = dialOnce(&net.Dialer{})
 	}
 	return nc, err
 }

@@ -158,7 +158,11 @@ func (l *LND) Startup(ni *lnd.NI) (lnd.Driver, error) {
 		if addr == "" {
 			addr = netip.AddrPortFrom(nidAddr(d.nid), uint16(cfg.AcceptPort)).String()
 		}
-		ln, err := net.Listen("tcp4", addr)
+		var ln net.Listener
+		err := d.socketContext(func() (err error) {
+			ln, err = net.Listen("tcp4", addr)
+			return err
+		})
 		if err != nil {
 			d.cancel()
 			return nil, fmt.Errorf("socklnd: acceptor: %w", err)
@@ -244,6 +248,14 @@ type Driver struct {
 	done   chan struct{}  // closed by Shutdown
 	ctx    context.Context
 	cancel context.CancelFunc // cancels dials at Shutdown
+}
+
+// socketContext runs f where sockets must be created (Config.SocketContext).
+func (d *Driver) socketContext(f func() error) error {
+	if d.cfg.SocketContext != nil {
+		return d.cfg.SocketContext(f)
+	}
+	return f()
 }
 
 // Stats returns the driver's live counters.

@@ -62,7 +62,7 @@ func (r *rawLND) Recv(private any, m *lnd.Msg, delayed bool, dst lnd.IOV, rlen i
 	if m == nil {
 		return nil
 	}
-	if m.Type == lnetwire.MsgREPLY {
+	if r.rdma && m.Type == lnetwire.MsgREPLY {
 		// rdmaReq GET: "RDMA write" dst back to the requester.
 		r.gotReply = make([]byte, dst.Len)
 		dst.CopyTo(r.gotReply)
@@ -195,6 +195,87 @@ func TestParseValidation(t *testing.T) {
 	evs = drain(t, eq)
 	if len(evs) != 1 || evs[0].Type != lnet.EventGet || evs[0].MLength != 28 || evs[0].RLength != 100 || evs[0].Status != nil {
 		t.Fatalf("GET events %v", types(evs))
+	}
+}
+
+// TestInjectedResponses feeds REPLY and ACK headers for real MDs through
+// Parse: oversize REPLYs are truncated or dropped per MDTruncate, and an
+// ACK lands once.
+func TestInjectedResponses(t *testing.T) {
+	raw := &rawLND{}
+	me := lnetwire.MustParseNID("5@gni")
+	peer := lnetwire.ProcessID{NID: lnetwire.MustParseNID("6@gni"), PID: 12345}
+	in, err := lnet.New(lnet.Config{LNDs: []lnd.LND{raw}, Nets: []lnet.NetConfig{{Net: me.Net(), Addr: me.Addr()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	eq, _ := in.EQAlloc(16, nil)
+	lastSent := func() lnetwire.Header {
+		raw.mu.Lock()
+		defer raw.mu.Unlock()
+		return raw.sent[len(raw.sent)-1]
+	}
+	reply := func(get lnetwire.Header, n uint32) {
+		h := lnetwire.Header{Type: lnetwire.MsgREPLY, DestNID: me, SrcNID: peer.NID, DestPID: 12345, SrcPID: 12345, PayloadLength: n, WMD: get.WMD}
+		if err := raw.ni.Parse(&h, peer.NID, []byte("12345678"), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, truncate := range []bool{false, true} {
+		opts := lnet.MDOptions(0)
+		if truncate {
+			opts = lnet.MDTruncate
+		}
+		sink := make([]byte, 4)
+		h, _ := in.MDBind(lnet.MD{Start: sink, Threshold: 2, Options: opts, EQ: eq}, lnet.AutoUnlink)
+		in.Get(lnetwire.NIDAny, h, peer, 3, 1, 0)
+		get := lastSent()
+		if get.Type != lnetwire.MsgGET || get.SinkLength != 4 {
+			t.Fatalf("GET header %+v", get)
+		}
+		reply(get, 8)
+		r := raw.lastRecv(t)
+		evs := drain(t, eq)
+		if !truncate {
+			if !r.dropped || len(evs) != 1 || evs[0].Type != lnet.EventSend {
+				t.Fatalf("oversize REPLY without truncate: %+v %v", r, types(evs))
+			}
+			in.MDUnlink(h)
+			drain(t, eq)
+			continue
+		}
+		if r.dropped || r.mlen != 4 || r.rlen != 8 || string(sink) != "1234" {
+			t.Fatalf("truncated REPLY: %+v %q", r, sink)
+		}
+		if len(evs) != 2 || evs[1].Type != lnet.EventReply || evs[1].MLength != 4 || evs[1].RLength != 8 || !evs[1].Unlinked {
+			t.Fatalf("events %v", types(evs))
+		}
+		// A duplicate REPLY finds the MD gone.
+		reply(get, 4)
+		if r := raw.lastRecv(t); !r.dropped {
+			t.Fatalf("duplicate REPLY accepted: %+v", r)
+		}
+	}
+	// ACK for a PUT.
+	h, _ := in.MDBind(lnet.MD{Start: []byte("x"), Threshold: 2, EQ: eq}, lnet.AutoUnlink)
+	in.Put(lnetwire.NIDAny, h, lnet.AckReqYes, peer, 3, 9, 0, 0)
+	put := lastSent()
+	if put.WMD.IsNone() {
+		t.Fatal("PUT with ACK request carries no handle")
+	}
+	ack := lnetwire.Header{Type: lnetwire.MsgACK, DestNID: me, SrcNID: peer.NID, WMD: put.WMD, MatchBits: 9, MLength: 1}
+	for i := range 2 {
+		if err := raw.ni.Parse(&ack, peer.NID, nil, false); err != nil {
+			t.Fatal(err)
+		}
+		if r := raw.lastRecv(t); r.dropped != (i == 1) {
+			t.Fatalf("ACK %d: %+v", i, r)
+		}
+	}
+	evs := drain(t, eq)
+	if len(evs) != 2 || evs[1].Type != lnet.EventAck || evs[1].MatchBits != 9 || evs[1].MLength != 1 || !evs[1].Unlinked {
+		t.Fatalf("events %v", types(evs))
 	}
 }
 

@@ -234,7 +234,7 @@ func (e *env) runPair(ctx context.Context, c *caseRun, p pairSpec) error {
 	c.logf("host:  softib %s", strings.Join(p.host, " "))
 
 	var job *vm.Job
-	var hostErr error
+	exited := make(chan error, 1)
 	if p.server == rxeServer {
 		script := fmt.Sprintf("%s &\npid=$!\n%s\nwait $pid\n", p.guest, readyWait(p.port))
 		if job, err = e.vm.Go(c.name, script, guestLimit); err != nil {
@@ -244,38 +244,63 @@ func (e *env) runPair(ctx context.Context, c *caseRun, p pairSpec) error {
 			r, _ := job.Wait(ctx)
 			return fmt.Errorf("rxe server did not start: %v: %s", err, lastLines(r.Stderr+r.Stdout, 3))
 		}
-		hostErr = hostCmd.Run()
-		if hostErr != nil {
+		if err := hostCmd.Start(); err != nil {
 			job.Kill()
+			return err
 		}
+		go func() { exited <- hostCmd.Wait() }()
 	} else {
 		if err := hostCmd.Start(); err != nil {
 			return err
 		}
-		exited := make(chan error, 1)
 		go func() { exited <- hostCmd.Wait() }()
 		if err := waitHostServer(ctx, hostCmd.Process.Pid, p.port, exited); err != nil {
 			_ = hostCmd.Process.Kill()
-			return fmt.Errorf("softib server did not start: %v: %s", err, lastLines(readFile(hostOut), 3))
+			<-exited
+			text := readFile(hostOut)
+			return e.softibFailure(fmt.Errorf("softib server did not start: %v: %s", err, lastLines(text, 2)), text)
 		}
 		if job, err = e.vm.Go(c.name, p.guest, guestLimit); err != nil {
 			_ = hostCmd.Process.Kill()
 			return err
 		}
-		r, werr := job.Wait(ctx)
-		if werr != nil || r.Code != 0 {
-			// The client failed: do not wait for the server's own
-			// timeout.
-			time.AfterFunc(3*time.Second, func() { _ = hostCmd.Process.Kill() })
-		}
-		hostErr = <-exited
 	}
-	r, werr := job.Wait(ctx)
+
+	// Wait for both sides. When one fails, the other cannot succeed: end
+	// it after a short grace instead of waiting for its timeout.
+	var r vm.Result
+	var werr, hostErr error
+	jobDone := make(chan struct{})
+	go func() { r, werr = job.Wait(ctx); close(jobDone) }()
+	const grace = 3 * time.Second
+	hostFailed := false
+	select {
+	case hostErr = <-exited:
+		if hostErr != nil {
+			hostFailed = true
+			t := time.AfterFunc(grace, job.Kill)
+			<-jobDone
+			t.Stop()
+		} else {
+			<-jobDone
+		}
+	case <-jobDone:
+		if werr != nil || r.Code != 0 {
+			t := time.AfterFunc(grace, func() { _ = hostCmd.Process.Kill() })
+			hostErr = <-exited
+			t.Stop()
+		} else {
+			hostErr = <-exited
+		}
+	}
 	_ = os.WriteFile(filepath.Join(c.dir, "guest.out"), []byte(r.Stdout), 0o644)
 	_ = os.WriteFile(filepath.Join(c.dir, "guest.err"), []byte(r.Stderr), 0o644)
 	hostText := readFile(hostOut)
-	c.logf("guest rc %d after %v; host: %v", r.Code, r.Elapsed, hostErr)
+	c.logf("guest rc %d after %v; host: %v", r.Code, r.Elapsed, errOrOK(hostErr))
 	switch {
+	case hostFailed:
+		// softib failed first; the rxe side's status is a consequence.
+		return e.softibFailure(fmt.Errorf("softib: %v: %s; rxe side exit %d", hostErr, lastLines(hostText, 2), r.Code), hostText)
 	case werr != nil:
 		return fmt.Errorf("guest job: %v", werr)
 	case r.TimedOut():
@@ -283,12 +308,26 @@ func (e *env) runPair(ctx context.Context, c *caseRun, p pairSpec) error {
 	case r.Code != 0:
 		return fmt.Errorf("rxe side exit %d: %s; softib: %v", r.Code, lastLines(r.Stderr+r.Stdout, 2), errOrOK(hostErr))
 	case hostErr != nil:
-		return fmt.Errorf("softib: %v: %s", hostErr, lastLines(hostText, 2))
+		return e.softibFailure(fmt.Errorf("softib: %v: %s", hostErr, lastLines(hostText, 2)), hostText)
 	}
 	if p.check != nil {
 		return p.check(r.Stdout+r.Stderr, hostText)
 	}
 	return nil
+}
+
+// notYetRE matches how softib tools refuse a mode they do not have yet
+// (e.g. "-R: RDMA CM mode not yet available in softib").
+var notYetRE = regexp.MustCompile(`(?m)^(.*not yet (available|implemented|supported).*)$`)
+
+// softibFailure turns a softib failure into a skip when softib said the
+// feature is not there yet: such a case "lacks" softib support like a
+// missing subcommand does.
+func (e *env) softibFailure(err error, hostText string) error {
+	if m := notYetRE.FindStringSubmatch(hostText); m != nil {
+		return skipError{"skip: softib lacks it: " + strings.TrimSpace(m[1])}
+	}
+	return err
 }
 
 // readyWait renders the guest shell that marks the server job ready.
@@ -309,6 +348,12 @@ func waitHostServer(ctx context.Context, pid, port int, exited chan error) error
 	deadline := time.NewTimer(30 * time.Second)
 	defer deadline.Stop()
 	for {
+		select {
+		case err := <-exited:
+			exited <- err
+			return fmt.Errorf("exited early (%v)", errOrOK(err))
+		default:
+		}
 		ok := false
 		if port > 0 {
 			ok = vm.TCPListening(pid, port)

@@ -64,7 +64,12 @@ func (d *Driver) passive(nc net.Conn) {
 		return
 	}
 	defer func() { <-d.connSem }()
-	if err := d.passiveHandshake(nc); err != nil {
+	if !d.trackHandshake(nc) {
+		return
+	}
+	err := d.passiveHandshake(nc)
+	d.untrackHandshake(nc)
+	if err != nil {
 		nc.Close()
 		if errors.Is(err, ErrRace) {
 			d.stats.Races.Add(1)
@@ -396,6 +401,10 @@ func (d *Driver) connectOne(p *peer, typ lnetwire.SockConnType) error {
 	if err != nil {
 		return err
 	}
+	if !d.trackHandshake(nc) {
+		return lnd.ErrShutdown
+	}
+	defer d.untrackHandshake(nc)
 	c := newConn(d, nc)
 	nc.SetDeadline(time.Now().Add(d.cfg.SockTimeout))
 	var ob [lnetwire.AcceptorRequestV1Size + lnetwire.SockHelloV1Len]byte

@@ -149,6 +149,7 @@ func (l *LND) Startup(ni *lnd.NI) (lnd.Driver, error) {
 		connSem:     make(chan struct{}, cfg.Nconnds),
 		txPool:      make(chan *tx, 1024),
 		peers:       make(map[lnetwire.NID]*peer),
+		handshakes:  make(map[net.Conn]struct{}),
 		done:        make(chan struct{}),
 		kickReaper:  make(chan struct{}, 1),
 	}
@@ -240,14 +241,34 @@ type Driver struct {
 	stats       Stats
 	kickReaper  chan struct{}
 
-	mu     sync.Mutex
-	peers  map[lnetwire.NID]*peer
-	closed bool
+	mu         sync.Mutex
+	peers      map[lnetwire.NID]*peer
+	closed     bool
+	handshakes map[net.Conn]struct{} // sockets in setup, closed by Shutdown
 
 	wg     sync.WaitGroup // acceptor, reaper, handshakes, readers, writers
 	done   chan struct{}  // closed by Shutdown
 	ctx    context.Context
 	cancel context.CancelFunc // cancels dials at Shutdown
+}
+
+// trackHandshake registers a socket in setup so Shutdown can close it;
+// false (and the socket closed) if the driver is shutting down.
+func (d *Driver) trackHandshake(nc net.Conn) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		nc.Close()
+		return false
+	}
+	d.handshakes[nc] = struct{}{}
+	return true
+}
+
+func (d *Driver) untrackHandshake(nc net.Conn) {
+	d.mu.Lock()
+	delete(d.handshakes, nc)
+	d.mu.Unlock()
 }
 
 // socketContext runs f where sockets must be created (Config.SocketContext).
@@ -501,6 +522,9 @@ func (d *Driver) Shutdown() {
 	d.cancel()
 	var conns []*conn
 	var q []*tx
+	for nc := range d.handshakes {
+		nc.Close() // unblocks handshakes waiting on a silent peer
+	}
 	for _, p := range d.peers {
 		conns = append(conns, p.conns...)
 		q = append(q, p.txq...)

@@ -3,6 +3,8 @@ package socklnd
 import (
 	"bytes"
 	"errors"
+	"net"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -425,22 +427,44 @@ func TestPeerKilledMidTransfer(t *testing.T) {
 	t.Logf("ok %d failed %d delivered %d", ok, failed, delivered)
 }
 
-// TestShutdownFailsQueued: messages queued when the NI stops are
-// finalized with ErrShutdown, none lost.
+// TestShutdownFailsQueued: a message queued behind a handshake that
+// hangs (the peer accepts but never answers) is finalized when the NI
+// stops, and Shutdown does not wait for the silent peer.
 func TestShutdownFailsQueued(t *testing.T) {
-	ips := testIPs(2)
+	ips := testIPs(3)
 	a := startNode(t, ips[0], baseConfig())
-	// A listener that never answers: the connect hangs in the HELLO.
-	b := startNode(t, ips[1], baseConfig())
-	b.d.ln.Close()
-	dead := b.nid
-	ln := mustListen(t, b.d.ListenAddr().String())
-	defer ln.Close()
-	m := putMsg(a.nid, dead, []byte("x"), 1)
+	silent := mustListen(t, ips[1]+":"+strconv.Itoa(testPort()))
+	defer silent.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := silent.Accept(); err == nil {
+			accepted <- c
+		}
+	}()
+	m := putMsg(a.nid, tcpNID(ips[1]), []byte("x"), 1)
 	if err := a.d.Send(m); err != nil {
 		t.Fatal(err)
 	}
-	a.d.Shutdown()
+	c := <-accepted
+	defer c.Close()
+	// And a silent client on a's acceptor.
+	raw, err := net.Dial("tcp4", a.d.ListenAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	eventually(t, "both handshakes in progress", func() bool {
+		a.d.mu.Lock()
+		defer a.d.mu.Unlock()
+		return len(a.d.handshakes) == 2
+	})
+	done := make(chan struct{})
+	go func() { a.d.Shutdown(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(hangGuard):
+		t.Fatal("hang guard: Shutdown waits for a silent peer")
+	}
 	if err := a.waitFin(t, m); !errors.Is(err, lnd.ErrShutdown) && !errors.Is(err, lnd.ErrPeerDown) {
 		t.Fatalf("status %v", err)
 	}

@@ -26,6 +26,7 @@ type NIDError struct {
 	Reason string // what is wrong with it
 }
 
+// Error describes the input and the reason.
 func (e *NIDError) Error() string {
 	return fmt.Sprintf("lnetwire: bad NID %q: %s", e.Input, e.Reason)
 }

@@ -102,6 +102,33 @@ func (h Hdr) WMD() WireHandle {
 // MatchBits returns match_bits (@48; PUT, GET, ACK).
 func (h Hdr) MatchBits() uint64 { return le.Uint64(h[offMatch:]) }
 
+// SetDestNID writes dest_nid.
+func (h Hdr) SetDestNID(n NID) { le.PutUint64(h[offDestNID:], uint64(n)) }
+
+// SetSrcNID writes src_nid.
+func (h Hdr) SetSrcNID(n NID) { le.PutUint64(h[offSrcNID:], uint64(n)) }
+
+// SetDestPID writes dest_pid.
+func (h Hdr) SetDestPID(p PID) { le.PutUint32(h[offDestPID:], uint32(p)) }
+
+// SetSrcPID writes src_pid.
+func (h Hdr) SetSrcPID(p PID) { le.PutUint32(h[offSrcPID:], uint32(p)) }
+
+// SetType writes the message type.
+func (h Hdr) SetType(t MsgType) { le.PutUint32(h[offType:], uint32(t)) }
+
+// SetPayloadLength writes payload_length.
+func (h Hdr) SetPayloadLength(n uint32) { le.PutUint32(h[offPayload:], n) }
+
+// SetWMD writes the union's wire handle (@32).
+func (h Hdr) SetWMD(w WireHandle) {
+	le.PutUint64(h[offWMD:], w.InterfaceCookie)
+	le.PutUint64(h[offWMD+8:], w.ObjectCookie)
+}
+
+// SetMatchBits writes match_bits (@48; PUT, GET, ACK).
+func (h Hdr) SetMatchBits(b uint64) { le.PutUint64(h[offMatch:], b) }
+
 // Header is the decoded form of an lnet_hdr. The union fields that the
 // type does not carry are ignored by Append/Encode and zero after
 // ParseHeader.

@@ -75,6 +75,18 @@ func TestHeaderLayout(t *testing.T) {
 	if le.Uint64(hello[32:]) != 0x1234567812345678 || le.Uint32(hello[40:]) != 3 {
 		t.Errorf("HELLO layout %x", hello)
 	}
+	w := lnetwire.Hdr(make([]byte, lnetwire.HdrSize))
+	w.SetDestNID(put.DestNID)
+	w.SetSrcNID(put.SrcNID)
+	w.SetDestPID(put.DestPID)
+	w.SetSrcPID(put.SrcPID)
+	w.SetType(put.Type)
+	w.SetPayloadLength(put.PayloadLength)
+	w.SetWMD(put.WMD)
+	w.SetMatchBits(put.MatchBits)
+	if !bytes.Equal(w[:56], b[:56]) {
+		t.Errorf("setters wrote %x, want %x", w[:56], b[:56])
+	}
 	v := lnetwire.Hdr(b)
 	if v.Type() != lnetwire.MsgPUT || v.DestNID() != put.DestNID || v.SrcPID() != put.SrcPID || !v.WMD().IsNone() || v.MatchBits() != put.MatchBits {
 		t.Error("view accessors disagree")

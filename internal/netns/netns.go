@@ -1,0 +1,309 @@
+// Package netns builds throwaway network namespaces joined by veth links
+// for tests that need a real kernel network path: two or more softib
+// stacks on separate "hosts", kernel rxe interop, impaired links.
+//
+// A Node is one namespace. Code runs inside it either in-process with
+// Node.Do (the socket created there stays in the namespace and can be used
+// from any goroutine afterwards) or as a subprocess with Node.Command.
+// Links are impaired with Node.SetNetem: tc netem when the kernel has it,
+// otherwise an nftables rule set (loss and duplication only).
+//
+// Everything is removed by t.Cleanup. Creating namespaces needs root:
+// constructors call testenv.RequireRoot and RequireTool("ip").
+package netns
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"softib/internal/testenv"
+)
+
+// Node is one network namespace with one interface (Dev) towards the
+// others.
+type Node struct {
+	Name  string     // namespace name (as for ip netns exec)
+	Dev   string     // the interface inside the namespace
+	Addr  netip.Addr // IPv4 address of Dev
+	Addr6 netip.Addr // IPv6 address of Dev (invalid if IPv6 is off)
+	MTU   int        // MTU of Dev
+
+	// The far end of Dev's veth (the other node, or the hub), where
+	// emulated loss is applied on ingress.
+	peerNS, peerDev string
+}
+
+// Side selects a node of a Pair.
+type Side int
+
+// The two sides of a Pair.
+const (
+	A Side = iota
+	B
+)
+
+// PairConfig configures NewPair. The zero value gives defaults.
+type PairConfig struct {
+	// MTU of the veth link (default 1500).
+	MTU int
+	// AddrA and AddrB are the IPv4 prefixes of the two ends
+	// (default 10.201.0.1/24 and 10.201.0.2/24).
+	AddrA, AddrB netip.Prefix
+	// Addr6A and Addr6B are the IPv6 prefixes (default fd00:201::1/64
+	// and fd00:201::2/64).
+	Addr6A, Addr6B netip.Prefix
+	// NoIPv6 leaves IPv6 unconfigured.
+	NoIPv6 bool
+}
+
+// Pair is two namespaces joined by one veth link.
+type Pair struct {
+	A, B *Node
+}
+
+// Node returns the node of side s.
+func (p *Pair) Node(s Side) *Node {
+	if s == A {
+		return p.A
+	}
+	return p.B
+}
+
+// SetNetem impairs the traffic that side s sends; see Node.SetNetem.
+func (p *Pair) SetNetem(s Side, n Netem) error { return p.Node(s).SetNetem(n) }
+
+// Config configures New. The zero value gives two nodes.
+type Config struct {
+	// N is the number of nodes (default 2). Two nodes are joined by a
+	// veth pair; more are joined by veths to a bridge in a hub namespace.
+	N int
+	// MTU of all links (default 1500).
+	MTU int
+	// Prefix is the IPv4 subnet; node i gets host address i+1
+	// (default 10.202.0.0/24).
+	Prefix netip.Prefix
+	// Prefix6 is the IPv6 subnet (default fd00:202::/64).
+	Prefix6 netip.Prefix
+	// NoIPv6 leaves IPv6 unconfigured.
+	NoIPv6 bool
+}
+
+// Network is N namespaces on one layer-2 segment.
+type Network struct {
+	Nodes []*Node
+	// Hub is the namespace holding the bridge ("" for two nodes).
+	Hub string
+}
+
+var instance atomic.Uint32 // distinguishes the namespaces of one process
+
+// names returns unique namespace and interface name stems. Interface
+// names must stay within IFNAMSIZ-1 = 15 bytes.
+func names() (ns, dev string) {
+	k := instance.Add(1) % 1000
+	pid := os.Getpid()
+	return fmt.Sprintf("softib-%d-%d", pid, k), fmt.Sprintf("v%dx%d", pid, k)
+}
+
+// NewPair creates two namespaces joined by a veth link, with addresses
+// configured and links up, removed again at the end of the test.
+func NewPair(t testing.TB, cfg PairConfig) *Pair {
+	t.Helper()
+	requireRoot(t)
+	if cfg.MTU == 0 {
+		cfg.MTU = 1500
+	}
+	def := func(p *netip.Prefix, s string) {
+		if !p.IsValid() {
+			*p = netip.MustParsePrefix(s)
+		}
+	}
+	def(&cfg.AddrA, "10.201.0.1/24")
+	def(&cfg.AddrB, "10.201.0.2/24")
+	def(&cfg.Addr6A, "fd00:201::1/64")
+	def(&cfg.Addr6B, "fd00:201::2/64")
+	ns, dev := names()
+	a := &Node{Name: ns + "-a", Dev: dev + "a", Addr: cfg.AddrA.Addr(), MTU: cfg.MTU}
+	b := &Node{Name: ns + "-b", Dev: dev + "b", Addr: cfg.AddrB.Addr(), MTU: cfg.MTU}
+	a.peerNS, a.peerDev = b.Name, b.Dev
+	b.peerNS, b.peerDev = a.Name, a.Dev
+	addNS(t, a.Name)
+	addNS(t, b.Name)
+	must(t, ip("link", "add", a.Dev, "netns", a.Name, "mtu", fmt.Sprint(cfg.MTU),
+		"type", "veth", "peer", "name", b.Dev, "netns", b.Name, "mtu", fmt.Sprint(cfg.MTU)))
+	p := &Pair{A: a, B: b}
+	for _, c := range []struct {
+		n      *Node
+		p4, p6 netip.Prefix
+	}{{a, cfg.AddrA, cfg.Addr6A}, {b, cfg.AddrB, cfg.Addr6B}} {
+		if !cfg.NoIPv6 {
+			c.n.Addr6 = c.p6.Addr()
+		}
+		c.n.configure(t, c.p4, c.p6, cfg.NoIPv6)
+	}
+	return p
+}
+
+// New creates cfg.N namespaces on one segment: a veth pair for two
+// nodes, a bridge in an extra hub namespace for more.
+func New(t testing.TB, cfg Config) *Network {
+	t.Helper()
+	requireRoot(t)
+	if cfg.N <= 0 {
+		cfg.N = 2
+	}
+	if cfg.N > 250 {
+		t.Fatalf("netns: %d nodes is too many", cfg.N)
+	}
+	if cfg.MTU == 0 {
+		cfg.MTU = 1500
+	}
+	if !cfg.Prefix.IsValid() {
+		cfg.Prefix = netip.MustParsePrefix("10.202.0.0/24")
+	}
+	if !cfg.Prefix6.IsValid() {
+		cfg.Prefix6 = netip.MustParsePrefix("fd00:202::/64")
+	}
+	host := func(p netip.Prefix, i int) netip.Prefix {
+		a := p.Masked().Addr()
+		for range i + 1 {
+			a = a.Next()
+		}
+		return netip.PrefixFrom(a, p.Bits())
+	}
+	if cfg.N == 2 {
+		p := NewPair(t, PairConfig{MTU: cfg.MTU, AddrA: host(cfg.Prefix, 0), AddrB: host(cfg.Prefix, 1),
+			Addr6A: host(cfg.Prefix6, 0), Addr6B: host(cfg.Prefix6, 1), NoIPv6: cfg.NoIPv6})
+		return &Network{Nodes: []*Node{p.A, p.B}}
+	}
+	ns, dev := names()
+	nw := &Network{Hub: ns + "-hub"}
+	addNS(t, nw.Hub)
+	must(t, ip("-n", nw.Hub, "link", "add", "br0", "mtu", fmt.Sprint(cfg.MTU), "type", "bridge"))
+	must(t, ip("-n", nw.Hub, "link", "set", "br0", "up"))
+	for i := range cfg.N {
+		n := &Node{
+			Name: fmt.Sprintf("%s-%d", ns, i),
+			Dev:  fmt.Sprintf("%s%d", dev, i),
+			Addr: host(cfg.Prefix, i).Addr(),
+			MTU:  cfg.MTU,
+		}
+		hubDev := fmt.Sprintf("%sh%d", dev, i)
+		n.peerNS, n.peerDev = nw.Hub, hubDev
+		if !cfg.NoIPv6 {
+			n.Addr6 = host(cfg.Prefix6, i).Addr()
+		}
+		addNS(t, n.Name)
+		must(t, ip("link", "add", n.Dev, "netns", n.Name, "mtu", fmt.Sprint(cfg.MTU),
+			"type", "veth", "peer", "name", hubDev, "netns", nw.Hub, "mtu", fmt.Sprint(cfg.MTU)))
+		must(t, ip("-n", nw.Hub, "link", "set", hubDev, "master", "br0", "up"))
+		n.configure(t, host(cfg.Prefix, i), host(cfg.Prefix6, i), cfg.NoIPv6)
+		nw.Nodes = append(nw.Nodes, n)
+	}
+	return nw
+}
+
+func requireRoot(t testing.TB) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	testenv.RequireTool(t, "ip")
+}
+
+// addNS creates namespace name and registers its removal.
+func addNS(t testing.TB, name string) {
+	t.Helper()
+	must(t, ip("netns", "add", name))
+	t.Cleanup(func() {
+		// Deleting the namespace also deletes its veth ends.
+		if err := ip("netns", "del", name); err != nil {
+			t.Errorf("netns cleanup: %v", err)
+		}
+	})
+	must(t, ip("-n", name, "link", "set", "lo", "up"))
+}
+
+// configure brings n.Dev up with its addresses.
+func (n *Node) configure(t testing.TB, p4, p6 netip.Prefix, noIPv6 bool) {
+	t.Helper()
+	must(t, ip("-n", n.Name, "addr", "add", p4.String(), "dev", n.Dev))
+	if !noIPv6 {
+		// nodad: usable at once instead of after duplicate detection.
+		must(t, ip("-n", n.Name, "addr", "add", p6.String(), "dev", n.Dev, "nodad"))
+	}
+	must(t, ip("-n", n.Name, "link", "set", n.Dev, "up"))
+}
+
+// ip runs the ip tool and returns its error output as the error.
+func ip(args ...string) error { return run(nil, "ip", args...) }
+
+func run(stdin []byte, name string, args ...string) error {
+	cmd := exec.Command(name, args...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("netns: %v", err)
+	}
+}
+
+// Do runs f on a goroutine whose OS thread has entered the namespace and
+// returns f's error. Sockets f creates belong to the namespace for their
+// whole life and may be used from any goroutine after Do returns.
+// Goroutines that f starts do NOT run in the namespace.
+//
+// The thread stays locked and is never unlocked: once its network
+// namespace has changed it must not run other goroutines, so the Go
+// runtime discards it when f returns.
+func (n *Node) Do(f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // deliberately never unlocked, see above
+		defer func() {
+			if r := recover(); r != nil {
+				errc <- fmt.Errorf("netns %s: panic in Do: %v", n.Name, r)
+			}
+		}()
+		fd, err := unix.Open("/run/netns/"+n.Name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			errc <- fmt.Errorf("netns %s: %w", n.Name, err)
+			return
+		}
+		err = unix.Setns(fd, unix.CLONE_NEWNET)
+		unix.Close(fd)
+		if err != nil {
+			errc <- fmt.Errorf("netns %s: setns: %w", n.Name, err)
+			return
+		}
+		errc <- f()
+	}()
+	return <-errc
+}
+
+// Command returns a command that runs name inside the namespace
+// (ip netns exec). The caller starts and waits for it as usual.
+func (n *Node) Command(name string, args ...string) *exec.Cmd {
+	return exec.Command("ip", append([]string{"netns", "exec", n.Name, name}, args...)...)
+}
+
+// ErrNetemUnsupported is returned by SetNetem when the kernel has no
+// netem qdisc and the requested impairment cannot be emulated otherwise.
+var ErrNetemUnsupported = errors.New("netns: impairment not supported by this kernel (no sch_netem)")

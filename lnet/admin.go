@@ -78,21 +78,24 @@ type Stats struct {
 	RouteLength uint64
 	DropLength  uint64
 	Delayed     uint64 // PUTs that waited on a lazy portal
-	meCount     int
+	MEs         int    // match entries attached now
+	MDs         int    // memory descriptors alive now (including the ping MD)
 }
 
 // Stats returns a snapshot of the counters (lnetctl stats show).
 func (in *Instance) Stats() Stats {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	return in.stats
+	st := in.stats
+	st.MDs = len(in.mds)
+	return st
 }
 
 // ResetStats zeroes the counters except MsgsAlloc (lnetctl stats reset).
 func (in *Instance) ResetStats() {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	in.stats = Stats{MsgsAlloc: in.stats.MsgsAlloc, MsgsMax: in.stats.MsgsAlloc, meCount: in.stats.meCount}
+	in.stats = Stats{MsgsAlloc: in.stats.MsgsAlloc, MsgsMax: in.stats.MsgsAlloc, MEs: in.stats.MEs}
 }
 
 // NetInfo describes one NI (lnetctl net show -v; /sys/kernel/debug/lnet/nis).

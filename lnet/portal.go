@@ -169,7 +169,7 @@ func (in *Instance) meInsert(cur *ME, portal int, match lnetwire.ProcessID, matc
 	default:
 		l.insertBefore(nil, me)
 	}
-	in.stats.meCount++
+	in.stats.MEs++
 	return me, nil
 }
 
@@ -201,7 +201,7 @@ func (in *Instance) unlinkMELocked(me *ME) {
 		return
 	}
 	l.remove(me)
-	in.stats.meCount--
+	in.stats.MEs--
 	p := &in.portals[me.portal]
 	if p.kind == portalUnique && l.head == nil {
 		delete(p.unique, me.matchBits)

@@ -133,6 +133,9 @@ func New(cfg Config) (*Instance, error) {
 	}
 	in.lnds = lnd.NewRegistry(lolnd.LND{})
 	for _, l := range cfg.LNDs {
+		if l == nil {
+			return nil, fmt.Errorf("%w: nil LND in Config.LNDs", ErrInvalid)
+		}
 		if l.Type() == lnetwire.LOLND {
 			continue
 		}

@@ -81,7 +81,7 @@ func (q *msgQueue) pop() *message {
 }
 
 // removeIf unlinks and returns (as a chain through next) every message
-// for which keep is false.
+// for which drop is true.
 func (q *msgQueue) removeIf(drop func(*message) bool) *message {
 	var out msgQueue
 	var kept msgQueue

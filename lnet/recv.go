@@ -147,13 +147,7 @@ func (in *Instance) dropMsgLocked(m *message) error {
 	in.stats.DropCount++
 	in.stats.DropLength += uint64(rlen)
 	ni.dropCount++
-	if m.md != nil {
-		// Undo a match commitment (only REPLY/ACK lookups reach here
-		// after attaching, never matched PUT/GET).
-		m.md.refs--
-		m.md = nil
-	}
-	in.freeMsgLocked(m)
+	in.freeMsgLocked(m) // never attached to an MD: drops happen before commitment
 	ni.calls.Add(1)
 	in.mu.Unlock()
 	in.dropRx(ni, private, rlen)

@@ -738,6 +738,7 @@ func (w *writer) build(msgs []Message, gso bool) (nh, nm int, err error) {
 		runBytes int
 		runEnded bool // a shorter tail ended the run
 		runAddr  netip.AddrPort
+		runGSO   bool // the run's destination may receive GSO
 	)
 	limit := min(len(msgs), len(w.iovs))
 	for nm < limit {
@@ -748,7 +749,7 @@ func (w *writer) build(msgs []Message, gso bool) (nh, nm int, err error) {
 		iov := &w.iovs[nm]
 		iov.Base = unsafe.SliceData(m.Buf)
 		iov.SetLen(m.N)
-		if gso && run != nil && !runEnded && m.Addr == runAddr && m.N > 0 && m.N <= runSize &&
+		if gso && run != nil && !runEnded && m.Addr == runAddr && m.N > 0 && m.N <= runSize && runGSO &&
 			w.segs[nh-1] < maxGSOSegments && runBytes+m.N <= maxDatagram {
 			w.segs[nh-1]++
 			run.SetIovlen(w.segs[nh-1])
@@ -780,6 +781,7 @@ func (w *writer) build(msgs []Message, gso bool) (nh, nm int, err error) {
 		w.segs[nh] = 1
 		nh++
 		run, runSize, runBytes, runEnded, runAddr = h, m.N, m.N, false, m.Addr
+		runGSO = gso && (s.is6 || s.cfg.IPv4GSO || m.Addr.Addr().Unmap().IsLoopback())
 		nm++
 	}
 	return nh, nm, nil

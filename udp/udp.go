@@ -11,7 +11,9 @@
 // IPv4 sockets set IP_MTU_DISCOVER=IP_PMTUDISC_DO, so every datagram leaves
 // unfragmented with DF set and, because the socket is unconnected, with IP
 // Identification 0. The RoCEv2 ICRC covers the IP ID and a receiver that
-// reads through a UDP socket must assume 0 (roce-wire.md §1.2).
+// reads through a UDP socket must assume 0 (roce-wire.md §1.2). For the
+// same reason IPv4 GSO is used only towards loopback unless
+// Config.IPv4GSO is set: segmentation numbers the IDs 0, 1, 2, ...
 //
 // Package udp/udptest provides an in-memory Conn with fault injection.
 package udp
@@ -94,6 +96,16 @@ type Config struct {
 	ReadBuffer, WriteBuffer int
 	// DisableGSO turns off UDP GSO coalescing on send.
 	DisableGSO bool
+	// IPv4GSO allows GSO on an IPv4 socket for non-loopback
+	// destinations too. It is off by default because a segmented GSO
+	// super-datagram carries IP IDs 0, 1, 2, ... (measured on Linux 6.18
+	// over veth), while the RoCEv2 ICRC covers the IP ID and the sender
+	// computes it for ID 0: a peer that verifies IPv4 ICRCs, such as
+	// kernel rxe, drops every segment but the first. Peers that read
+	// through UDP sockets (softib) never see the ID. IPv6 has no ID and
+	// loopback destinations never leave the host, so both always use
+	// GSO unless DisableGSO is set.
+	IPv4GSO bool
 	// DisableGRO turns off UDP GRO on receive. Without GRO, ReadBatch
 	// receives straight into the caller's buffers (no copy).
 	DisableGRO bool

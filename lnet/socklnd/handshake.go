@@ -368,11 +368,11 @@ types:
 	noConns := len(p.conns) == 0
 	d.mu.Unlock()
 	if failErr != nil {
-		d.log.Info("connect failed", "peer", p.nid, "err", failErr, "retry_in", p.backoff/2)
-		d.failTxs(fail, fmt.Errorf("%w: %s: %v", lnd.ErrPeerDown, p.nid, failErr))
+		d.log.Info("connect failed", "peer", p.nid, "err", failErr)
 		if noConns {
 			d.ni.NotifyPeer(p.nid, false, now)
 		}
+		d.failTxs(fail, fmt.Errorf("%w: %s: %v", lnd.ErrPeerDown, p.nid, failErr))
 	}
 }
 

@@ -12,7 +12,8 @@
 // then calls LND.Startup(ni), which returns the per-NI Driver. Startup may
 // fill in the address part of ni.NID. Driver.Shutdown stops the NI; before
 // returning it finalizes every message it still owns (ErrShutdown) and
-// stops calling into the NI.
+// stops calling into the NI. The core refuses (ErrShutdown) Parse calls
+// made before Startup has returned or once shutdown has begun.
 //
 // # Sending
 //
@@ -80,6 +81,8 @@
 //     TunableDefaulter.
 //   - v1.1: Query may be called with the core lock held (see Concurrency);
 //     no signature changes.
+//   - v1.2: documented that Parse before Startup returns is refused; no
+//     code changes.
 package lnd
 
 // Limits every driver must honour (lnet-wire.md §1.7).

@@ -396,10 +396,10 @@ func (r *reader) syscall(fd uintptr) {
 
 // ReadBatch implements Conn. It blocks until at least one datagram has
 // arrived. Datagrams longer than cap(msgs[i].Buf) are dropped and counted
-// in Stats.RxTruncated. Without GRO, datagrams are received straight into
-// the callers' buffers; in that mode a dropped datagram's slot is filled
-// by exchanging Buf slices among the entries of msgs. With GRO they are
-// received into socket buffers and copied out.
+// in Stats.RxTruncated. The Buf fields are never changed: datagram i is in
+// msgs[i].Buf[:msgs[i].N]. Without GRO, datagrams are received straight
+// into the callers' buffers; with GRO they are received into socket
+// buffers and copied out.
 func (s *Socket) ReadBatch(msgs []Message) (int, error) {
 	if len(msgs) == 0 {
 		return 0, nil
@@ -522,7 +522,14 @@ func (r *reader) finishDirect(msgs []Message) int {
 			continue
 		}
 		if n != i {
-			msgs[n].Buf, msgs[i].Buf = msgs[i].Buf, msgs[n].Buf
+			// Close the gap left by a dropped datagram. Copying (rare)
+			// rather than swapping Buf slices keeps every Buf where the
+			// caller put it; callers track buffers by index.
+			if int(h.Len) > cap(msgs[n].Buf) {
+				r.s.Stats.RxTruncated.Inc()
+				continue
+			}
+			copy(msgs[n].Buf[:cap(msgs[n].Buf)], msgs[i].Buf[:h.Len])
 		}
 		msgs[n].N = int(h.Len)
 		msgs[n].Addr = getSockaddr(&r.names[i])
@@ -556,9 +563,7 @@ func (r *reader) drain(msgs []Message) int {
 			if l > cap(m.Buf) || h.Hdr.Flags&unix.MSG_TRUNC != 0 {
 				r.s.Stats.RxTruncated.Inc()
 			} else {
-				m.Buf = m.Buf[:cap(m.Buf)]
-				copy(m.Buf, r.bufs[i][r.off:r.off+l])
-				m.N = l
+				m.N = copy(m.Buf[:cap(m.Buf)], r.bufs[i][r.off:r.off+l])
 				m.Addr = addr
 				n++
 			}

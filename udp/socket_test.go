@@ -193,7 +193,13 @@ func TestTruncatedDropped(t *testing.T) {
 			// Wait until both are queued so one ReadBatch sees both.
 			time.Sleep(10 * time.Millisecond)
 			in := []udp.Message{{Buf: make([]byte, 1000)}, {Buf: make([]byte, 1000)}}
+			bufs := []*byte{&in[0].Buf[0], &in[1].Buf[0]}
 			n, err := rx.ReadBatch(in)
+			for i := range in {
+				if &in[i].Buf[0] != bufs[i] || len(in[i].Buf) != 1000 {
+					t.Fatalf("ReadBatch changed msgs[%d].Buf", i)
+				}
+			}
 			if err != nil {
 				t.Fatal(err)
 			}

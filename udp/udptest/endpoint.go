@@ -102,8 +102,7 @@ func (ep *Endpoint) take(msgs []udp.Message) (n int, closed bool) {
 			ep.net.Stats.Truncated.Inc()
 			continue
 		}
-		m.Buf = m.Buf[:cap(m.Buf)]
-		m.N = copy(m.Buf, p.data)
+		m.N = copy(m.Buf[:cap(m.Buf)], p.data)
 		m.Addr = p.src
 		n++
 	}

@@ -19,15 +19,19 @@ type Globals struct {
 	// MaxInterfaces bounds the NIDs in ping replies the instance accepts
 	// (lnet_interfaces_max; default 200).
 	MaxInterfaces int
+	// ResponseTracking selects which operations get their ACK/REPLY
+	// tracked against TransactionTimeout (TrackNone, TrackGet, TrackPut,
+	// TrackBoth; lnet's response_tracking, default TrackBoth). See rsp.go.
+	ResponseTracking int
 }
 
 // DefaultGlobals returns the settings a zero Config gets.
 func DefaultGlobals() Globals {
-	return Globals{LocalNIDDistZero: true, TransactionTimeout: 150 * time.Second, MaxInterfaces: 200}
+	return Globals{LocalNIDDistZero: true, TransactionTimeout: 150 * time.Second, MaxInterfaces: 200, ResponseTracking: TrackBoth}
 }
 
-// withDefaults fills zero fields. LocalNIDDistZero cannot be told apart
-// from "unset", so a zero Globals means all defaults.
+// withDefaults fills zero fields. LocalNIDDistZero and ResponseTracking
+// cannot be told apart from "unset", so a zero Globals means all defaults.
 func (g Globals) withDefaults() Globals {
 	if g == (Globals{}) {
 		return DefaultGlobals()
@@ -49,7 +53,9 @@ func (in *Instance) Globals() Globals {
 	return in.globals
 }
 
-// SetGlobals replaces the global settings (zero fields take defaults).
+// SetGlobals replaces the global settings. Zero TransactionTimeout and
+// MaxInterfaces take their defaults; ResponseTracking 0 means off, so
+// start from DefaultGlobals() or Globals() to change one field.
 func (in *Instance) SetGlobals(g Globals) {
 	d := DefaultGlobals()
 	if g.TransactionTimeout <= 0 {
@@ -78,8 +84,11 @@ type Stats struct {
 	RouteLength uint64
 	DropLength  uint64
 	Delayed     uint64 // PUTs that waited on a lazy portal
-	MEs         int    // match entries attached now
-	MDs         int    // memory descriptors alive now (including the ping MD)
+	// ResponseTimeouts counts ACKs/REPLYs that did not come within
+	// TransactionTimeout (their MDs were unlinked).
+	ResponseTimeouts uint64
+	MEs              int // match entries attached now
+	MDs              int // memory descriptors alive now (including the ping MD)
 }
 
 // Stats returns a snapshot of the counters (lnetctl stats show).

@@ -75,6 +75,7 @@ type Instance struct {
 	globals    Globals
 	stats      Stats
 	ping       pingState
+	rsp        rspList
 }
 
 // netIface is the core's state of one NI (struct lnet_ni). Guarded by
@@ -338,6 +339,9 @@ func (in *Instance) Close() error {
 	}
 	in.mu.Lock()
 	in.closed = true
+	if in.rsp.timer != nil {
+		in.rsp.timer.Stop()
+	}
 	in.mu.Unlock()
 	return nil
 }

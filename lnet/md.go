@@ -22,6 +22,11 @@ type libMD struct {
 	zombie    bool // unlinked; freed when refs drops to 0
 	me        *ME
 	eq        *EQ
+
+	// Response tracking (rsp.go): deadline for the awaited ACK/REPLY,
+	// linked in Instance.rsp in deadline order; 0 when not tracked.
+	rspDeadline      int64
+	rspPrev, rspNext *libMD
 }
 
 // exhausted is lnet_md_exhausted: no operations left, or with MaxSize no
@@ -153,7 +158,7 @@ func (in *Instance) MDUnlink(h MDHandle) error {
 	}
 	var d delivery
 	if md.refs == 0 {
-		in.unlinkEventLocked(md, &d)
+		in.unlinkEventLocked(md, &d, nil)
 	}
 	in.unlinkMDLocked(md)
 	in.mu.Unlock()
@@ -161,12 +166,13 @@ func (in *Instance) MDUnlink(h MDHandle) error {
 	return nil
 }
 
-// unlinkEventLocked queues an UNLINK event for md (lnet_build_unlink_event).
-func (in *Instance) unlinkEventLocked(md *libMD, d *delivery) {
+// unlinkEventLocked queues an UNLINK event for md (lnet_build_unlink_event)
+// with the given status (nil for an explicit unlink).
+func (in *Instance) unlinkEventLocked(md *libMD, d *delivery, status error) {
 	if md.eq == nil && md.user.Handler == nil {
 		return
 	}
-	d.ev = Event{Type: EventUnlink, MDHandle: md.handle(), MD: md.user, Unlinked: true,
+	d.ev = Event{Type: EventUnlink, MDHandle: md.handle(), MD: md.user, Unlinked: true, Status: status,
 		Target: lnetwire.ProcessID{NID: lnetwire.NIDAny, PID: in.pid}, Initiator: lnetwire.ProcessID{NID: lnetwire.NIDAny, PID: in.pid}}
 	d.queueLocked(md)
 }
@@ -176,6 +182,7 @@ func (in *Instance) unlinkEventLocked(md *libMD, d *delivery) {
 func (in *Instance) unlinkMDLocked(md *libMD) {
 	if !md.zombie {
 		md.zombie = true
+		in.rsp.remove(md)
 		if me := md.me; me != nil {
 			md.me = nil
 			me.md = nil

@@ -186,7 +186,7 @@ func (in *Instance) MEUnlink(me *ME) error {
 	}
 	var d delivery
 	if md := me.md; md != nil && md.refs == 0 {
-		in.unlinkEventLocked(md, &d)
+		in.unlinkEventLocked(md, &d, nil)
 	}
 	in.unlinkMELocked(me)
 	in.mu.Unlock()

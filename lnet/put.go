@@ -52,6 +52,9 @@ func (in *Instance) Put(self lnetwire.NID, mdh MDHandle, ack AckReq, target lnet
 		MDHandle: mdh, MD: md.user, HdrData: hdrData, Sender: lnetwire.NIDAny,
 	}
 	m.hasEvent = true
+	if ack == AckReqYes {
+		in.trackLocked(md, TrackPut)
+	}
 	r, err := in.sendLocked(m, self)
 	if err == nil {
 		m.ev.Initiator.NID = m.Hdr.SrcNID
@@ -65,7 +68,9 @@ func (in *Instance) Put(self lnetwire.NID, mdh MDHandle, ack AckReq, target lnet
 // starting at the remote offset (LNetGet). The MD gets a SEND event when
 // the request has left (or failed) and a REPLY event when the data has
 // arrived at offset 0; give it a threshold of 2 for both. A GET the target
-// does not match produces no REPLY: callers time out and MDUnlink.
+// does not match produces no REPLY: after Globals.TransactionTimeout the
+// MD is unlinked with an UNLINK event carrying ErrTimeout (response
+// tracking), or callers time out earlier and MDUnlink.
 func (in *Instance) Get(self lnetwire.NID, mdh MDHandle, target lnetwire.ProcessID, portal int, matchBits uint64, offset int) error {
 	if portal < 0 || portal >= MaxPortals || offset < 0 || uint64(offset) > 0xFFFFFFFF {
 		return ErrInvalid
@@ -100,6 +105,7 @@ func (in *Instance) Get(self lnetwire.NID, mdh MDHandle, target lnetwire.Process
 		MDHandle: mdh, MD: md.user, Sender: lnetwire.NIDAny,
 	}
 	m.hasEvent = true
+	in.trackLocked(md, TrackGet)
 	r, err := in.sendLocked(m, self)
 	if err == nil {
 		m.ev.Initiator.NID = m.Hdr.SrcNID

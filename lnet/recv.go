@@ -370,6 +370,7 @@ func (in *Instance) parseReplyLocked(m *message) error {
 	if mlen < rlen && md.options&MDTruncate == 0 {
 		return in.dropMsgLocked(m)
 	}
+	in.responseArrivedLocked(md)
 	attachMD(md)
 	m.md = md
 	m.mlen = mlen
@@ -387,6 +388,7 @@ func (in *Instance) parseAckLocked(m *message) error {
 	if md == nil || md.threshold == 0 || md.me != nil {
 		return in.dropMsgLocked(m)
 	}
+	in.responseArrivedLocked(md)
 	attachMD(md)
 	m.md = md
 	m.ev.Type = EventAck
@@ -413,6 +415,9 @@ func (in *Instance) createReplyMsg(lni *lnd.NI, lget *lnd.Msg) (*lnd.Msg, error)
 		return nil, ErrNoEnt
 	}
 	m := in.allocMsgLocked()
+	// The LND now owns the reply: its completion (or failure) is the
+	// response, so the deadline no longer applies.
+	in.responseArrivedLocked(md)
 	attachMD(md)
 	m.md = md
 	m.rx = true

@@ -59,4 +59,10 @@
 // nothing is reported as success unless the LND delivered it and, for
 // incoming data, it matched; a failed send yields a SEND event with a
 // non-nil Status and no ACK or REPLY.
+//
+// Response tracking: a PUT asking for an ACK and a GET arm a deadline of
+// Globals.TransactionTimeout on their MD; if the ACK or REPLY has not come
+// by then the MD is unlinked and, when idle, reports an UNLINK event with
+// Status ErrTimeout (Globals.ResponseTracking selects GET, PUT, both or
+// none).
 package lnet

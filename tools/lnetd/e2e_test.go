@@ -464,3 +464,45 @@ func TestE2ENetemNamespaces(t *testing.T) {
 		t.Errorf("errors over a lossy link TCP should hide:\n%s", YAML(st))
 	}
 }
+
+// TestE2EMDAndLazyPortal: MD threshold and auto-unlink, and a PUT held
+// on a lazy portal, between two lnetd processes.
+func TestE2EMDAndLazyPortal(t *testing.T) {
+	port := freePort(t)
+	ipA, ipB := testIP(), testIP()
+	a := startProc(t, "A", ipA, nodeYAML(ipA, port, ""))
+	b := startProc(t, "B", ipB, nodeYAML(ipB, port, ""))
+	b.ctl("test", "md", "add", "--portal", "30", "--bits", "5", "--size", "4096", "--threshold", "2", "--options", "put,get,manage_remote")
+	a.ctl("test", "put", "--nid", b.nid, "--portal", "30", "--bits", "5", "--size", "4096", "--seed", "3")
+	g := a.doc("test", "get", "--nid", b.nid, "--portal", "30", "--bits", "5", "--size", "4096")
+	md := b.doc("test", "show").Path("test service", "mds", 0).(Map)
+	if g.Path("test get", "crc32") != md.Get("crc32") || md.Get("unlinked") != true {
+		t.Errorf("threshold-2 MD after PUT+GET: get %s md %s", YAML(g), YAML(md))
+	}
+	if code, out, _ := run(t, "lnetctl", "--socket", a.sock, "test", "get", "--nid", b.nid, "--portal", "30",
+		"--bits", "5", "--size", "4096", "--timeout", "2s"); code == 0 || !strings.Contains(out, "ok: 0") {
+		t.Errorf("GET after the MD was unlinked succeeded:\n%s", out)
+	}
+
+	b.ctl("test", "lazy", "--portal", "31")
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	put := exec.CommandContext(ctx, softibBin(t), "lnetctl", "--socket", a.sock, "test", "put", "--nid", b.nid,
+		"--portal", "31", "--bits", "1", "--size", "70000", "--timeout", "40s")
+	var pout bytes.Buffer
+	put.Stdout, put.Stderr = &pout, &pout
+	if err := put.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(hangGuard)
+	for b.doc("test", "show").Path("test service", "delayed_puts").(int64) < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("PUT never held on the lazy portal")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b.ctl("test", "md", "add", "--portal", "31", "--bits", "1", "--size", "70000", "--threshold", "1")
+	if err := put.Wait(); err != nil || !strings.Contains(pout.String(), "ok: 1") {
+		t.Fatalf("lazy PUT: %v\n%s", err, pout.String())
+	}
+}

@@ -464,5 +464,6 @@ func (s *testService) showDoc() Map {
 			add("bits", int64(m.bits)).add("unlinked", m.unlinkd).
 			add("crc32", fmt.Sprintf("0x%08x", crc32.ChecksumIEEE(m.buf))).add("events", evs))
 	}
-	return Map{}.add("test service", Map{}.add("portal", int64(s.portal)).add("slots", slots).add("mds", mds))
+	return Map{}.add("test service", Map{}.add("portal", int64(s.portal)).
+		add("delayed_puts", s.in.Stats().Delayed).add("slots", slots).add("mds", mds))
 }

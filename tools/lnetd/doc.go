@@ -1,0 +1,108 @@
+// Package lnetd is softib's LNet daemon and its control tools: `softib
+// lnetd` runs an LNet node (an *lnet.Instance with the loopback and TCP
+// LNDs) configured from YAML in the shape Lustre's lnetctl imports and
+// exports; `softib lnetctl` configures and inspects it over a local
+// control socket; `softib lnet ping` pings a peer through it or from a
+// short-lived node of its own.
+//
+// # Configuration
+//
+// The file has lnetctl's sections (lustre/conf/lnet.conf shape):
+//
+//	net:
+//	    - net type: tcp
+//	      local NI(s):
+//	        - interfaces:
+//	              0: eth0            # or an IPv4 address: 0: 127.0.0.2
+//	          tunables:
+//	              peer_timeout: 180
+//	              peer_credits: 8
+//	              peer_buffer_credits: 0
+//	              credits: 256
+//	          lnd tunables:
+//	              conns_per_peer: 1
+//	route:
+//	    - net: o2ib
+//	      gateway: 10.0.0.1@tcp
+//	      hop: -1
+//	      priority: 0
+//	peer:
+//	    - primary nid: 10.0.0.2@tcp
+//	      Multi-Rail: True
+//	      peer ni:
+//	        - nid: 10.0.0.2@tcp
+//	global:
+//	    discovery: 1
+//	    transaction_timeout: 150
+//	    accept_port: 988
+//
+// The NID of an NI is "nid:" when given, else the IPv4 address of its
+// first interface (softib also accepts an address in place of an
+// interface name). Every key is checked: an unknown key, a value of the
+// wrong type or out of range is an error naming the line and the key
+// path (lnet.yaml:7: net[0].local NI(s)[0].tunables.peer_credit: unknown
+// key ...). Keys that `lnetctl show` prints but import ignores (status,
+// statistics, dev cpt, tcp bonding, peer credits) are accepted, so show
+// and export output can be imported back.
+//
+// "lnd tunables" take the ksocklnd parameters for tcp nets
+// (conns_per_peer, sock_timeout, keepalive, nagle, nconnds, min_bulk,
+// zc_min_payload, tx/rx_buffer_size, enable_csum, typed_conns,
+// min/max_reconnectms) and the ko2iblnd ones for o2ib nets
+// (peercredits_hiw, map_on_demand, concurrent_sends, fmr_pool_size,
+// fmr_flush_trigger, fmr_cache, ntx, ...); the latter are parsed and
+// stored, but lnetd cannot bring o2ib nets up yet.
+//
+// Routes and configured peers are stored, shown and exported; this node
+// does not route, and the peer table is built from traffic. Of the
+// globals, transaction_timeout and max_intf drive the LNet core; the
+// others are stored and reported.
+//
+// softib extensions, all under "global:":
+//
+//   - accept_port (988): the TCP acceptor port, also the port peers are
+//     dialled on. "lnd tunables: accept_port" overrides it per NI.
+//   - accept (secure): secure refuses connections from unprivileged
+//     source ports like Lustre; all takes any (needed when nodes run
+//     without root); none runs no acceptor.
+//   - test_portal (60, -1 off) and test_slots (4): the echo test service.
+//
+// # Several nodes on one host
+//
+// Give every node its own loopback address and one common high port:
+//
+//	node A: interfaces: {0: 127.0.0.2}   global: {accept_port: 7988, accept: all}
+//	node B: interfaces: {0: 127.0.0.3}   global: {accept_port: 7988, accept: all}
+//
+// Each acceptor binds its own address, and peers are dialled on their
+// NID's address and the shared port, exactly as Lustre nodes share 988.
+// Run each lnetd with its own --socket.
+//
+// # Control socket
+//
+// lnetd listens on a Unix-domain socket only, never a network port:
+// $XDG_RUNTIME_DIR/softib/lnetd.sock, else /tmp/softib-$UID/lnetd.sock,
+// or --socket. The directory is mode 0700, the socket 0600, and
+// connections from other users are refused (SO_PEERCRED). The protocol
+// is one JSON request and one JSON response per line (see Request,
+// Response); show commands answer with a Map in lnetctl's shape, which
+// lnetctl prints as YAML, or JSON with --json. Failures carry lnetctl's
+// error block (errno, descr) and a hint.
+//
+// # Echo test service
+//
+// Each lnetd keeps test_slots 1 MiB buffers on test_portal. Match bits N
+// select slot N; any peer may PUT into a slot (ACKed; offsets from the
+// initiator) and GET it back. From a node's lnetctl:
+//
+//	softib lnetctl test put --nid 127.0.0.3@tcp --size 1048576 --seed 7
+//	softib lnetctl test get --nid 127.0.0.3@tcp --size 1048576
+//	softib lnetctl --socket /path/of/B test show     # what B's slots hold
+//
+// put and get print the events and the CRC32 of the data sent or
+// received; test show prints each slot's length and CRC32, so a transfer
+// is verified end to end. `test md add` attaches an MD with a chosen
+// portal, match bits, threshold and options (events shown by test show),
+// and `test lazy` makes a portal lazy, to watch MD semantics on a live
+// node.
+package lnetd

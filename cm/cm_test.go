@@ -67,23 +67,25 @@ func TestConnectDisconnect(t *testing.T) {
 			t.Errorf("INIT %+v %v %v", qa, m, err)
 		}
 		qa, m, err = ca.InitQPAttr(verbs.QPStateRTR)
-		if err != nil || qa.DestQPN != 0x200 || qa.RQPSN != 0xABCDEF || qa.PathMTU != verbs.MTU1024 ||
+		// A StartingPSN is where its sender receives: the active side
+		// receives from its REQ's PSN and sends from the REP's.
+		if err != nil || qa.DestQPN != 0x200 || qa.RQPSN != 0x123456 || qa.PathMTU != verbs.MTU1024 ||
 			qa.MaxDestRdAtomic != 4 || qa.AH.GRH.DGID != b.gid || qa.AH.GRH.HopLimit != 64 || !qa.AH.IsGlobal ||
 			m&verbs.QPAttrMaxDestRdAtomic == 0 || m&verbs.QPAttrAltPath != 0 {
 			t.Errorf("RTR %+v %v %v", qa, m, err)
 		}
 		qa, m, err = ca.InitQPAttr(verbs.QPStateRTS)
-		if err != nil || qa.SQPSN != 0x123456 || qa.MaxRdAtomic != 2 || qa.RetryCnt != 7 || qa.RNRRetry != 7 ||
+		if err != nil || qa.SQPSN != 0xABCDEF || qa.MaxRdAtomic != 2 || qa.RetryCnt != 7 || qa.RNRRetry != 7 ||
 			qa.Timeout != 17 || m&verbs.QPAttrTimeout == 0 {
 			t.Errorf("RTS %+v %v %v", qa, m, err)
 		}
 		// Passive side mirrors it.
 		qb, _, _ := sb.InitQPAttr(verbs.QPStateRTR)
-		if qb.DestQPN != 0x100 || qb.RQPSN != 0x123456 || qb.MaxDestRdAtomic != 2 || qb.AH.GRH.DGID != a.gid {
+		if qb.DestQPN != 0x100 || qb.RQPSN != 0xABCDEF || qb.MaxDestRdAtomic != 2 || qb.AH.GRH.DGID != a.gid {
 			t.Errorf("passive RTR %+v", qb)
 		}
 		qb, _, _ = sb.InitQPAttr(verbs.QPStateRTS)
-		if qb.SQPSN != 0xABCDEF || qb.MaxRdAtomic != 4 || qb.RetryCnt != 7 || qb.RNRRetry != 6 {
+		if qb.SQPSN != 0x123456 || qb.MaxRdAtomic != 4 || qb.RetryCnt != 7 || qb.RNRRetry != 6 {
 			t.Errorf("passive RTS %+v", qb)
 		}
 		if _, _, err := sb.InitQPAttr(verbs.QPStateSQD); !errors.Is(err, cm.ErrInvalidParam) {

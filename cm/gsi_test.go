@@ -127,7 +127,18 @@ func TestGSIConnectRC(t *testing.T) {
 	lis, err := cb.CreateID(func(id *cm.ID, ev *cm.Event) error {
 		switch ev.Type {
 		case cm.EventREQReceived:
-			if err := modify(id, eb.qp, verbs.QPStateInit, verbs.QPStateRTR, verbs.QPStateRTS); err != nil {
+			// Like ipoib_cm: RTR before the REP, with the receive PSN the
+			// REP will announce.
+			err := modify(id, eb.qp, verbs.QPStateInit)
+			if err == nil {
+				a, m, _ := id.InitQPAttr(verbs.QPStateRTR)
+				a.RQPSN = 0x300
+				err = eb.qp.Modify(&a, m)
+			}
+			if err == nil {
+				err = modify(id, eb.qp, verbs.QPStateRTS)
+			}
+			if err != nil {
 				passive <- result{ev.Type, err}
 				return err
 			}

@@ -63,10 +63,13 @@ type ID struct {
 	sidr        sidrKey
 
 	// connection parameters
-	qpType         mad.TransportType
-	localQPN       uint32
-	remoteQPN      uint32
-	localQKey      uint32
+	qpType    mad.TransportType
+	localQPN  uint32
+	remoteQPN uint32
+	localQKey uint32
+	// A CM StartingPSN is the PSN its sender's receive queue starts at,
+	// i.e. the PSN the peer sends first (cm.c: rq_psn is set from the
+	// local REQ/REP, sq_psn from the peer's).
 	sqPSN, rqPSN   uint32
 	respRes        uint8 // max_dest_rd_atomic (incoming RDMA reads we serve)
 	initDepth      uint8 // max_rd_atomic (outgoing RDMA reads)
@@ -332,10 +335,12 @@ type REQParam struct {
 	ServiceID     uint64
 	QPN           uint32
 	TransportType mad.TransportType // RC (default), UC or XRC
-	StartingPSN   uint32
-	PKey          uint16 // 0 means 0xFFFF
-	PathMTU       mad.MTU
-	PrivateData   []byte // up to 92 bytes
+	// StartingPSN is the first PSN this side's QP expects to receive;
+	// the peer starts sending at it (Linux semantics of the REQ field).
+	StartingPSN uint32
+	PKey        uint16 // 0 means 0xFFFF
+	PathMTU     mad.MTU
+	PrivateData []byte // up to 92 bytes
 
 	ResponderResources uint8
 	InitiatorDepth     uint8
@@ -398,7 +403,7 @@ func (id *ID) SendREQ(p *REQParam) error {
 	id.serviceID = p.ServiceID
 	id.qpType = p.TransportType
 	id.localQPN = p.QPN
-	id.sqPSN = p.StartingPSN & 0xFFFFFF
+	id.rqPSN = p.StartingPSN & 0xFFFFFF
 	id.respRes, id.initDepth = p.ResponderResources, p.InitiatorDepth
 	id.retryCount, id.rnrRetryCount = min(p.RetryCount, 7), min(p.RNRRetryCount, 7)
 	id.pathMTU = mtu
@@ -426,7 +431,7 @@ func (id *ID) SendREQ(p *REQParam) error {
 		RemoteCMResponseTimeout: rto,
 		TransportType:           p.TransportType,
 		E2EFlowControl:          p.FlowControl,
-		StartingPSN:             id.sqPSN,
+		StartingPSN:             id.rqPSN,
 		LocalCMResponseTimeout:  lto,
 		RetryCount:              id.retryCount,
 		PKey:                    pkey,
@@ -472,7 +477,9 @@ func pathAddr(p *mad.Path, sgid uint8, pkeyIndex, dport uint16) Addr {
 
 // REPParam are the parameters of a connection reply (ib_cm_rep_param).
 type REPParam struct {
-	QPN                uint32
+	QPN uint32
+	// StartingPSN is the first PSN this side's QP expects to receive;
+	// the requester sends from it.
 	StartingPSN        uint32
 	PrivateData        []byte // up to 196 bytes
 	ResponderResources uint8
@@ -505,7 +512,7 @@ func (id *ID) SendREP(p *REPParam) error {
 		return fmt.Errorf("cm: QPN %#x: %w", p.QPN, ErrQPNInTimewait)
 	}
 	id.localQPN = p.QPN
-	id.sqPSN = p.StartingPSN & 0xFFFFFF
+	id.rqPSN = p.StartingPSN & 0xFFFFFF
 	id.respRes, id.initDepth = p.ResponderResources, p.InitiatorDepth
 	id.srq = p.SRQ
 	id.localQKey = p.QKey
@@ -514,7 +521,7 @@ func (id *ID) SendREP(p *REPParam) error {
 		RemoteCommID:       id.remoteID,
 		LocalQKey:          p.QKey,
 		LocalQPN:           p.QPN,
-		StartingPSN:        id.sqPSN,
+		StartingPSN:        id.rqPSN,
 		ResponderResources: p.ResponderResources,
 		InitiatorDepth:     p.InitiatorDepth,
 		TargetAckDelay:     p.TargetAckDelay,

@@ -15,9 +15,11 @@ import (
 //   - INIT: access flags (remote write, plus remote read and atomic when
 //     responder resources were granted), P_Key index, port.
 //   - RTR: address vector of the primary path (and alternate if loaded),
-//     path MTU, remote QPN, receive PSN; for RC also max_dest_rd_atomic
-//     and min_rnr_timer.
-//   - RTS: send PSN; for RC also ACK timeout, retry counts and
+//     path MTU, remote QPN, receive PSN (this side's own StartingPSN; a
+//     passive side that moves to RTR before SendREP sets RQPSN to the
+//     PSN it will put into the REP, as ipoib_cm and rdma_cm do); for RC
+//     also max_dest_rd_atomic and min_rnr_timer.
+//   - RTS: send PSN (the peer's StartingPSN); for RC also ACK timeout, retry counts and
 //     max_rd_atomic.
 func (id *ID) InitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, error) {
 	if err := id.lock(); err != nil {

@@ -115,7 +115,7 @@ func (c *CM) recvREQ(tid uint64, req *mad.REQ, from Addr) {
 	id.serviceID = req.ServiceID
 	id.qpType = req.TransportType
 	id.remoteQPN = req.LocalQPN
-	id.rqPSN = req.StartingPSN
+	id.sqPSN = req.StartingPSN // we send from the PSN the requester expects
 	id.respRes, id.initDepth = req.InitiatorDepth, req.ResponderResources
 	id.retryCount, id.rnrRetryCount = req.RetryCount, req.RNRRetryCount
 	id.pathMTU = req.PathMTU
@@ -213,7 +213,7 @@ func (c *CM) recvREP(rep *mad.REP, from Addr) {
 	id.remoteID = rep.LocalCommID
 	id.remoteGUID = rep.LocalCAGUID
 	id.remoteQPN = rep.LocalQPN
-	id.rqPSN = rep.StartingPSN
+	id.sqPSN = rep.StartingPSN
 	id.initDepth, id.respRes = rep.ResponderResources, rep.InitiatorDepth
 	id.rnrRetryCount = rep.RNRRetryCount
 	id.targetAckDelay = rep.TargetAckDelay

@@ -547,17 +547,21 @@ func (id *ID) Accept(p *ConnParam) error {
 	}
 	// Like librdmacm, move the QP to RTS before the REP goes out, so it
 	// can receive as soon as the peer may send.
+	// The REP's StartingPSN is where our receive queue starts.
 	psn := rand.Uint32() & 0xFFFFFF
 	if id.qp != nil {
-		if err := id.moveQPLocked(verbs.QPStateInit, verbs.QPStateRTR); err != nil {
+		if err := id.moveQPLocked(verbs.QPStateInit); err != nil {
 			return err
 		}
-		a, m, err := id.cmID.InitQPAttr(verbs.QPStateRTS)
+		a, m, err := id.cmID.InitQPAttr(verbs.QPStateRTR)
 		if err != nil {
 			return err
 		}
-		a.SQPSN = psn
+		a.RQPSN = psn
 		if err := id.qp.Modify(&a, m); err != nil {
+			return err
+		}
+		if err := id.moveQPLocked(verbs.QPStateRTS); err != nil {
 			return err
 		}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"time"
 
@@ -19,13 +20,22 @@ func runDemo(args []string) int {
 	asJSON := fs.Bool("json", false, "print the results as JSON")
 	short := fs.Bool("short", false, "fewer iterations (a quick check)")
 	gbits := fs.Bool("report_gbits", false, "report Gb/sec instead of MB/sec")
+	addrA := fs.String("addr-a", "127.0.0.2", "address of the first device")
+	addrB := fs.String("addr-b", "127.0.0.3", "address of the second device")
 	if _, code, ok := parseTool(fs, args, "demo [--json] [--short]"); !ok {
 		return code
 	}
 	cfg := demo.Config{Short: *short, Gbits: *gbits}
+	var err error
+	if cfg.AddrA, err = netip.ParseAddr(*addrA); err != nil {
+		return fail("demo", fmt.Errorf("bad --addr-a: %w", err))
+	}
+	if cfg.AddrB, err = netip.ParseAddr(*addrB); err != nil {
+		return fail("demo", fmt.Errorf("bad --addr-b: %w", err))
+	}
 	a, b, err := demo.OpenPair(cfg)
 	if err != nil {
-		return fail("demo", fmt.Errorf("%w (the demo binds 127.0.0.2 and 127.0.0.3, UDP 4791)", err))
+		return fail("demo", fmt.Errorf("%w (the demo binds %v and %v, UDP 4791; pick others with --addr-a/--addr-b)", err, cfg.AddrA, cfg.AddrB))
 	}
 	defer a.Close()
 	defer b.Close()
@@ -45,7 +55,7 @@ func runDemo(args []string) int {
 		}
 		return 0
 	}
-	fmt.Printf("softib demo: rxe0 %s <-> rxe1 %s, RC, %.1f s\n\n", "127.0.0.2", "127.0.0.3", time.Since(start).Seconds())
+	fmt.Printf("softib demo: rxe0 %v <-> rxe1 %v, RC, %.1f s\n\n", cfg.AddrA, cfg.AddrB, time.Since(start).Seconds())
 	demo.WriteTable(os.Stdout, rows)
 	return 0
 }

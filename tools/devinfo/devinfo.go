@@ -122,8 +122,8 @@ func Write(w io.Writer, in *Info, verbose bool) {
 	var b strings.Builder
 	a := &in.Attr
 	line := func(name, val string) {
-		// ibv_devinfo aligns values at the fourth tab stop.
-		pad := strings.Repeat("\t", max(1, 4-(len(name)+2)/8))
+		// ibv_devinfo aligns device values at column 40.
+		pad := strings.Repeat("\t", max(1, 5-(8+len(name)+1)/8))
 		fmt.Fprintf(&b, "\t%s:%s%s\n", name, pad, val)
 	}
 	fmt.Fprintf(&b, "hca_id:\t%s\n", in.Name)
@@ -180,7 +180,8 @@ func Write(w io.Writer, in *Info, verbose bool) {
 		}
 		pa := &p.Attr
 		pl := func(name, val string) {
-			pad := strings.Repeat("\t", max(1, 3-(len(name)+1)/8))
+			// Port values align at column 48.
+			pad := strings.Repeat("\t", max(1, 6-(24+len(name)+1)/8))
 			fmt.Fprintf(&b, "\t\t\t%s:%s%s\n", name, pad, val)
 		}
 		pl("state", portState(pa.State))

@@ -155,7 +155,7 @@ func (e *Engine) BW(ctx context.Context, size, iters int, deadline time.Time) (*
 		}
 		for qi := range nq {
 			n := 0
-			for (dur && !stopped || !dur && scnt[qi] < iters) && scnt[qi]-ccnt[qi]+n < e.TxDepth {
+			for (dur && !stopped || !dur && scnt[qi]+n < iters) && scnt[qi]-ccnt[qi]+n < e.TxDepth {
 				k := scnt[qi] + n
 				last := !dur && k == iters-1
 				sig := (k+1)%e.CQMod == 0 || last

@@ -1,0 +1,29 @@
+package main
+
+import (
+	"testing"
+
+	"softib/tools/pingpong"
+)
+
+func TestCLIHelpAndErrors(t *testing.T) {
+	for _, c := range []struct {
+		run  func([]string) int
+		args []string
+		want int
+	}{
+		{runPerfDispatch, []string{"write_bw", "-h"}, 0},
+		{runPerfDispatch, []string{"nosuch"}, 2},
+		{runPerfDispatch, nil, 2},
+		{runPerfDispatch, []string{"read_lat", "--bogus"}, 2},
+		{runPerfDispatch, []string{"write_bw", "-R", "--addr", "127.0.0.1"}, 1},
+		{runPerfDispatch, []string{"write_bw", "-A", "NOPE"}, 2},
+		{func(a []string) int { return runPingpong(pingpong.RC, a) }, []string{"-m", "1000"}, 2},
+		{runDevinfo, []string{"-h"}, 0},
+		{runDemo, []string{"--addr-a", "bogus"}, 1},
+	} {
+		if got := c.run(c.args); got != c.want {
+			t.Errorf("%v: exit %d, want %d", c.args, got, c.want)
+		}
+	}
+}

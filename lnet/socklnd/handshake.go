@@ -312,7 +312,9 @@ func (d *Driver) connectJob(p *peer) {
 	raced := false
 types:
 	for _, typ := range d.wantedTypes() {
-		for {
+		// At most maxConns attempts per type, so a peer that accepts and
+		// drops at once cannot make this loop spin.
+		for range d.maxConns(typ) {
 			d.mu.Lock()
 			need := !d.closed && p.countType(typ) < d.maxConns(typ)
 			d.mu.Unlock()

@@ -129,6 +129,9 @@ func (d *Daemon) coreGlobals() lnet.Globals {
 	if v, ok := d.global.Get("max_intf"); ok {
 		g.MaxInterfaces = int(v)
 	}
+	if v, ok := d.global.Get("response_tracking"); ok {
+		g.ResponseTracking = int(v) // 0 none, 1 GET, 2 PUT, 3 both: as lnet.Track*
+	}
 	return g
 }
 

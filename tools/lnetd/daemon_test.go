@@ -99,12 +99,13 @@ func TestGlobalSet(t *testing.T) {
 	ctlOK(t, a.sock, "set", "discovery", "0")
 	ctlOK(t, a.sock, "set", "routing", "1")
 	ctlOK(t, a.sock, "set", "accept", "secure")
+	ctlOK(t, a.sock, "set", "response_tracking", "1")
 	g := ctlDoc(t, a.sock, "global", "show")
 	if g.Path("global", "transaction_timeout") != int64(30) || g.Path("global", "max_intf") != int64(64) ||
 		g.Path("global", "discovery") != int64(0) || g.Path("global", "accept") != "secure" {
 		t.Errorf("global show:\n%s", YAML(g))
 	}
-	if got := a.d.Instance().Globals(); got.TransactionTimeout != 30*time.Second || got.MaxInterfaces != 64 {
+	if got := a.d.Instance().Globals(); got.TransactionTimeout != 30*time.Second || got.MaxInterfaces != 64 || got.ResponseTracking != 1 {
 		t.Errorf("core globals not applied: %+v", got)
 	}
 	for _, args := range [][]string{{"set", "discovery", "2"}, {"set", "no_such", "1"}, {"set", "test_portal", "5"}} {

@@ -55,8 +55,8 @@
 //
 // Routes and configured peers are stored, shown and exported; this node
 // does not route, and the peer table is built from traffic. Of the
-// globals, transaction_timeout and max_intf drive the LNet core; the
-// others are stored and reported.
+// globals, transaction_timeout, max_intf and response_tracking drive the
+// LNet core; the others are stored and reported.
 //
 // softib extensions, all under "global:":
 //

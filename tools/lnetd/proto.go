@@ -117,9 +117,13 @@ func Listen(path string) (*net.UnixListener, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("control socket directory: %w", err)
 	}
-	fi, err := os.Stat(dir)
+	fi, err := os.Lstat(dir)
 	if err != nil {
 		return nil, err
+	}
+	if !fi.IsDir() {
+		// A symlink planted in /tmp must not redirect our socket.
+		return nil, fmt.Errorf("control socket directory %s is not a plain directory: choose another --socket", dir)
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Getuid() {
 		return nil, fmt.Errorf("control socket directory %s belongs to uid %d, not us (%d): choose another --socket", dir, st.Uid, os.Getuid())

@@ -79,3 +79,32 @@ func TestReport(t *testing.T) {
 		t.Fatalf("strict failures %d", f)
 	}
 }
+
+func TestPerfCheck(t *testing.T) {
+	const table = " #bytes     #iterations    BW peak[MB/sec]\n 4096       20               32.21\n"
+	const header = " #bytes     #iterations    BW peak[MB/sec]\n"
+	if err := perfCheck("read_lat", rxeServer)(header, table); err != nil {
+		t.Errorf("read_lat with a passive rxe server: %v", err)
+	}
+	if err := perfCheck("write_bw", rxeServer)(header, table); err == nil {
+		t.Error("write_bw rxe server without results accepted")
+	}
+	if err := perfCheck("write_bw", softibServer)(table, ""); err != nil {
+		t.Errorf("rxe client with results: %v", err)
+	}
+	if err := perfCheck("send_lat", softibServer)(header, table); err == nil {
+		t.Error("rxe client without results accepted")
+	}
+}
+
+func TestCheckIters(t *testing.T) {
+	if err := checkIters(20)("20 iters in 0.03 seconds = 1.00 usec/iter\n", ""); err != nil {
+		t.Error(err)
+	}
+	if err := checkIters(20)("19 iters in 0.03 seconds\n", ""); err == nil {
+		t.Error("wrong count accepted")
+	}
+	if err := checkIters(20)("", ""); err == nil {
+		t.Error("missing summary accepted")
+	}
+}

@@ -63,6 +63,14 @@ func RunDaemon(ctx context.Context, args []string, stderr io.Writer) int {
 		}
 		cfg = c
 	}
+	// The socket first: a second lnetd on the same socket fails before
+	// touching any port. Clients wait in the backlog until Serve.
+	ln, err := Listen(*sock)
+	if err != nil {
+		fmt.Fprintf(stderr, "lnetd: control socket: %v\n", err)
+		return 1
+	}
+	defer ln.Close()
 	d, err := New(Options{Config: cfg, Log: log})
 	if err != nil {
 		if *cfgPath != "" {
@@ -78,11 +86,6 @@ func RunDaemon(ctx context.Context, args []string, stderr io.Writer) int {
 		return 1
 	}
 	defer d.Close()
-	ln, err := Listen(*sock)
-	if err != nil {
-		fmt.Fprintf(stderr, "lnetd: control socket: %v\n", err)
-		return 1
-	}
 	srv := NewServer(d.Handle)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

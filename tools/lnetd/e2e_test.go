@@ -230,6 +230,12 @@ func TestE2EThreeNodes(t *testing.T) {
 			t.Errorf("%s: no NI-up log line:\n%s", n.name, n.log)
 		}
 	}
+	// A second lnetd on a live socket refuses to start, before binding
+	// any port.
+	if code, _, errs := run(t, "lnetd", "--config", nodes[0].config, "--socket", nodes[0].sock); code != 1 ||
+		!strings.Contains(errs, "another lnetd is already listening") {
+		t.Errorf("second lnetd on the same socket: %d %s", code, errs)
+	}
 	// softib lnet ping through each node's lnetd, all pairs.
 	for _, a := range nodes {
 		for _, b := range nodes {

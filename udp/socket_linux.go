@@ -596,6 +596,10 @@ type writer struct {
 	vlen  int // headers in the current sendmmsg
 
 	sendFn func(fd uintptr) bool
+
+	// failGSO, if set by tests, fails GSO sends with this errno, as a
+	// kernel or device without GSO support would.
+	failGSO syscall.Errno
 }
 
 func (w *writer) init(s *Socket) {
@@ -610,6 +614,10 @@ func (w *writer) init(s *Socket) {
 }
 
 func (w *writer) send(fd uintptr) bool {
+	if w.failGSO != 0 && w.segs[w.off] > 1 {
+		w.n, w.errno = 0, w.failGSO
+		return true
+	}
 	for {
 		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&w.hdrs[w.off])),
 			uintptr(w.vlen), unix.MSG_DONTWAIT, 0, 0)

@@ -439,12 +439,18 @@ func (id *ID) listenOnLocked(d *device) error {
 
 // Connect starts a connection (rdma_connect): a REQ carrying the cma_hdr
 // and up to 56 bytes of private data, or for UD IDs a SIDR_REQ with up to
-// 180 bytes.
+// 180 bytes. ResponderResources and InitiatorDepth are capped to the
+// device (0xFF asks for its maximum); a nil p uses librdmacm's defaults.
 func (id *ID) Connect(p *ConnParam) error {
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	if id.state != StateRouteResolved {
 		return fmt.Errorf("rdmacm: connect in %v: %w", id.state, ErrState)
+	}
+	if p == nil {
+		// librdmacm's defaults for a NULL conn_param: the device's
+		// maximum read/atomic depths, retries 7.
+		p = &ConnParam{ResponderResources: 0xFF, InitiatorDepth: 0xFF, RetryCount: 7, RNRRetryCount: 7}
 	}
 	ud := id.qpType == verbs.QPTypeUD
 	limit, op := mad.ConnectPrivateDataMax, "connect"
@@ -519,7 +525,10 @@ func (id *ID) Accept(p *ConnParam) error {
 		return fmt.Errorf("rdmacm: accept in %v: %w", id.state, ErrState)
 	}
 	if p == nil {
-		p = &ConnParam{}
+		// librdmacm's defaults for a NULL conn_param: what the peer asked
+		// for, within the device's limits; RNR retry 7.
+		p = &ConnParam{ResponderResources: id.req.ResponderResources, InitiatorDepth: id.req.InitiatorDepth,
+			RNRRetryCount: 7}
 	}
 	qpn := p.QPNum
 	if id.qp != nil {

@@ -448,3 +448,52 @@ func TestTables(t *testing.T) {
 		t.Errorf("closed channel: %v", err)
 	}
 }
+
+// TestPortSpaceIB connects in RDMA_PS_IB with nil parameters (librdmacm
+// defaults) and checks the service ID on the listener side.
+func TestPortSpaceIB(t *testing.T) {
+	e := newEnv(t)
+	sch, cch := rdmacm.NewEventChannel(), rdmacm.NewEventChannel()
+	lis, _ := e.m.CreateID(sch, nil, rdmacm.PSIB)
+	if lis.QPType() != verbs.QPTypeRC {
+		t.Fatal("PS_IB is not RC")
+	}
+	if err := lis.BindAddr(netip.AddrPortFrom(e.b, 0)); err != nil { // ephemeral
+		t.Fatal(err)
+	}
+	if err := lis.Listen(0); err != nil {
+		t.Fatal(err)
+	}
+	port := lis.LocalAddr().Port()
+	if port < 32768 {
+		t.Fatalf("ephemeral port %d", port)
+	}
+	c := clientTo(t, e, cch, rdmacm.PSIB, netip.AddrPortFrom(e.b, port))
+	ccq := newCQ(t, c)
+	if _, err := c.CreateQP(nil, &verbs.QPInitAttr{SendCQ: ccq, RecvCQ: ccq, Cap: qpCap}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Connect(nil); err != nil {
+		t.Fatal(err)
+	}
+	req := expect(t, sch, rdmacm.EventConnectRequest)
+	if req.Conn.RetryCount != 7 || req.Conn.ResponderResources == 0 || req.ID.LocalAddr().Port() != port {
+		t.Errorf("request %+v at %v", req.Conn, req.ID.LocalAddr())
+	}
+	scq := newCQ(t, req.ID)
+	if _, err := req.ID.CreateQP(nil, &verbs.QPInitAttr{SendCQ: scq, RecvCQ: scq, Cap: qpCap}); err != nil {
+		t.Fatal(err)
+	}
+	if err := req.ID.Accept(nil); err != nil {
+		t.Fatal(err)
+	}
+	est := expect(t, cch, rdmacm.EventEstablished)
+	expect(t, sch, rdmacm.EventEstablished)
+	if est.Conn.RNRRetryCount != 7 {
+		t.Errorf("established %+v", est.Conn)
+	}
+	a, _, err := c.InitQPAttr(verbs.QPStateRTS)
+	if err != nil || a.RetryCnt != 7 || a.MaxRdAtomic == 0 {
+		t.Errorf("RTS attrs %+v %v", a, err)
+	}
+}

@@ -50,8 +50,14 @@ func TestNetnsNetem(t *testing.T) {
 	if a.drv().Stats().Malformed.Load()+b.drv().Stats().Malformed.Load() != 0 {
 		t.Fatal("malformed counted on a lossy link")
 	}
-	// The loss was real: TCP in the namespaces retransmitted.
+	// The loss was real: TCP in the namespaces retransmitted. Loss hits
+	// whole GSO super-packets, so a short run may draw none: keep
+	// transferring (bounded) until it does.
 	re := retransSegs(t, p.A) + retransSegs(t, p.B)
+	for i := 0; re == 0 && i < 50; i++ {
+		putGet(t, a, b, 1<<20, uint64(100+i))
+		re = retransSegs(t, p.A) + retransSegs(t, p.B)
+	}
 	if re == 0 {
 		t.Fatal("no TCP retransmissions: the impairment did not bite")
 	}

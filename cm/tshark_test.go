@@ -14,6 +14,7 @@ import (
 	"softib/internal/pcap"
 	"softib/internal/seqnum"
 	"softib/internal/tsharktest"
+	"softib/verbs"
 	"softib/wire/mad"
 	"softib/wire/roce"
 )
@@ -133,6 +134,16 @@ func TestTsharkDecodesCM(t *testing.T) {
 		b.listen(mad.ServiceID(mad.PSUDP, 5000))
 		time.Sleep(time.Minute)
 		synctest.Wait()
+		// One IPv6 REQ, built directly: tshark must show the IPv6 cma_hdr.
+		s6, d6 := netip.MustParseAddr("fd00:77::1"), netip.MustParseAddr("fd00:77::2")
+		h6 := mad.CMAHdr{SrcPort: rdmaSrcPort, Src: s6, Dst: d6}
+		r6 := &mad.REQ{LocalCommID: 77, ServiceID: sid, LocalQPN: 0x77, StartingPSN: 0x123456,
+			ResponderResources: 4, InitiatorDepth: 2, PathMTU: mad.MTU1024, MaxCMRetries: 15,
+			Primary:     mad.RoCEv2Path(mad.RoCEv2PathParams{Src: s6, Dst: d6}),
+			PrivateData: append(h6.Append(nil), "user data"...)}
+		n.mu.Lock()
+		n.sent = append(n.sent, sentMAD{mad.AttrREQ, verbs.GIDFromAddr(s6), verbs.GIDFromAddr(d6), mad.AppendCM(nil, 77, r6)})
+		n.mu.Unlock()
 		sent = writeGSIPcap(t, n, path)
 	})
 
@@ -148,6 +159,7 @@ func TestTsharkDecodesCM(t *testing.T) {
 		"infiniband.cm.req.prim_localgid_ipv4", "infiniband.cm.req.prim_remotegid_ipv4", "infiniband.cm.req.prim_hoplim",
 		"infiniband.cm.req.ip_cm.ipv", "infiniband.cm.req.ip_cm.sport", "infiniband.cm.req.ip_cm.sip4",
 		"infiniband.cm.req.ip_cm.dip4", "infiniband.cm.req.ip_cm.private",
+		"infiniband.cm.req.ip_cm.sip6", "infiniband.cm.req.ip_cm.dip6", "infiniband.cm.req.prim_localgid",
 		"infiniband.cm.rep.localqpn", "infiniband.cm.rep.startpsn", "infiniband.cm.rep.rnrretrcount",
 		"infiniband.cm.rej.reason", "infiniband.cm.rej.msgrej", "infiniband.cm.req.remoteqpneecn",
 	}
@@ -188,6 +200,13 @@ func TestTsharkDecodesCM(t *testing.T) {
 			var m mad.REQ
 			if err := m.Decode(sent[i].b[mad.HeaderSize:]); err != nil {
 				t.Fatal(err)
+			}
+			if m.LocalQPN == 0x77 {
+				check(i+1, r, "infiniband.cm.req.ip_cm.ipv", "0x06")
+				check(i+1, r, "infiniband.cm.req.ip_cm.sip6", "fd00:77::1")
+				check(i+1, r, "infiniband.cm.req.ip_cm.dip6", "fd00:77::2")
+				check(i+1, r, "infiniband.cm.req.prim_localgid", "fd00:77::1")
+				continue
 			}
 			for name, want := range map[string]string{
 				"infiniband.cm.req.serviceid":           "0x0000000001061c06",

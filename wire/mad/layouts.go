@@ -29,9 +29,9 @@ func reqPath(prefix string, base int) pathFields {
 	}
 }
 
-func (p *pathFields) list() []Field {
-	return []Field{p.LocalLID, p.RemoteLID, p.LocalGID, p.RemoteGID, p.FlowLabel,
-		p.PacketRate, p.TrafficClass, p.HopLimit, p.SL, p.SubnetLocal, p.LocalAckTimeout}
+func (f *pathFields) list() []Field {
+	return []Field{f.LocalLID, f.RemoteLID, f.LocalGID, f.RemoteGID, f.FlowLabel,
+		f.PacketRate, f.TrafficClass, f.HopLimit, f.SL, f.SubnetLocal, f.LocalAckTimeout}
 }
 
 // REQ, Table 106.

@@ -703,9 +703,8 @@ func (w *writer) writeChunk(msgs []Message, gso bool) (int, error) {
 // Only when that succeeds is GSO blamed and switched off.
 func (w *writer) retryNoGSO(msgs []Message, cause syscall.Errno) error {
 	s := w.s
-	// Use a throwaway writer state over spare tail slots: the datagrams
-	// of one header number at most maxGSOSegments, and the headers after
-	// w.off are still needed, so send through plain sendto instead.
+	// The headers after w.off are still needed, so the vector cannot be
+	// rebuilt here: send through plain sendto (rare path, may allocate).
 	for i := range msgs {
 		m := &msgs[i]
 		var sa sockaddr
@@ -726,10 +725,9 @@ func (w *writer) retryNoGSO(msgs []Message, cause syscall.Errno) error {
 			return s.wrapErr("sendto", err)
 		}
 		if errno != 0 {
-			if i == 0 {
-				// Fails without GSO too: not an offload problem.
-				return s.wrapErr("sendmmsg", cause)
-			}
+			// If even the first datagram fails alone, GSO was not the
+			// problem (e.g. EMSGSIZE for a datagram above the path
+			// MTU): report that error and leave GSO on.
 			return s.wrapErr("sendto", errno)
 		}
 	}

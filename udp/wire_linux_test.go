@@ -2,6 +2,7 @@ package udp_test
 
 import (
 	"encoding/binary"
+	"errors"
 	"net"
 	"net/netip"
 	"testing"
@@ -81,5 +82,36 @@ func TestIPv4WireHeader(t *testing.T) {
 			t.Fatalf("packet %d: id %d flags/frag %#x tos %#x ttl %d length %d; want id 0, DF, tos 0x28, ttl 33, length 4228",
 				seen, id, flags, ip[1], ip[8], total)
 		}
+	}
+}
+
+// TestOversizeKeepsGSO sends a GSO run of datagrams above the link MTU:
+// the send must fail with EMSGSIZE (DF, no fragmentation), and since the
+// datagrams fail without GSO as well, GSO must stay on.
+func TestOversizeKeepsGSO(t *testing.T) {
+	p := netns.NewPair(t, netns.PairConfig{MTU: 1500})
+	var tx *udp.Socket
+	if err := p.A.Do(func() (err error) { tx, err = udp.Listen(netip.AddrPortFrom(p.A.Addr6, 0), nil); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close()
+	dst := netip.AddrPortFrom(p.B.Addr6, 4791)
+	msgs := make([]udp.Message, 4)
+	for i := range msgs {
+		msgs[i] = udp.Message{Buf: make([]byte, 2000), N: 2000, Addr: dst}
+	}
+	n, err := tx.WriteBatch(msgs)
+	if n != 0 || !errors.Is(err, unix.EMSGSIZE) {
+		t.Fatalf("WriteBatch = %d, %v; want 0, EMSGSIZE", n, err)
+	}
+	if gso, _ := tx.Offloads(); !gso || tx.GSODisabled() != nil {
+		t.Fatalf("GSO switched off: %v", tx.GSODisabled())
+	}
+	// Datagrams that fit still go out with GSO.
+	for i := range msgs {
+		msgs[i].N = 1000
+	}
+	if n, err := tx.WriteBatch(msgs); n != len(msgs) || err != nil {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
 	}
 }

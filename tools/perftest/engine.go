@@ -40,6 +40,21 @@ type Engine struct {
 	sendW, recvW rdmautil.Waiter
 	wcs          []verbs.WC
 	recvPosted   []int
+	// rwr and rsge are the scratch receive WR, reused for every post so
+	// that the data path does not allocate.
+	rwr  [1]verbs.RecvWR
+	rsge [1]verbs.SGE
+}
+
+// postRecv posts one receive of size into QP qi's target region.
+func (e *Engine) postRecv(qi, size int) error {
+	e.rsge[0] = e.MR.SGE(e.TargetOff(qi), size)
+	e.rwr[0] = verbs.RecvWR{ID: wrID(qi, 0), SGL: e.rsge[:]}
+	if _, err := e.QPs[qi].PostRecv(e.rwr[:]); err != nil {
+		return err
+	}
+	e.recvPosted[qi]++
+	return nil
 }
 
 func (e *Engine) init() {
@@ -220,14 +235,11 @@ func (e *Engine) BW(ctx context.Context, size, iters int, deadline time.Time) (*
 // RxDepth are outstanding (ctx_set_recv_wqes).
 func (e *Engine) PostRecvs(size int) error {
 	e.init()
-	for qi, qp := range e.QPs {
-		var wr [1]verbs.RecvWR
+	for qi := range e.QPs {
 		for e.recvPosted[qi] < e.RxDepth {
-			wr[0] = verbs.RecvWR{ID: wrID(qi, 0), SGL: []verbs.SGE{e.MR.SGE(e.TargetOff(qi), size)}}
-			if _, err := qp.PostRecv(wr[:]); err != nil {
+			if err := e.postRecv(qi, size); err != nil {
 				return fmt.Errorf("couldn't post receive on qp %d: %w", qi, err)
 			}
-			e.recvPosted[qi]++
 		}
 	}
 	return nil
@@ -249,7 +261,6 @@ func (e *Engine) RecvBW(ctx context.Context, size, iters int, deadline time.Time
 		wctx, cancel = context.WithDeadline(ctx, deadline.Add(time.Second))
 		defer cancel()
 	}
-	var wr [1]verbs.RecvWR
 	for dur || total < want {
 		c, err := e.recvW.Wait(wctx, e.wcs)
 		if err != nil {
@@ -283,11 +294,9 @@ func (e *Engine) RecvBW(ctx context.Context, size, iters int, deadline time.Time
 				s.Completed[len(s.Completed)-1] = Completion{Index: total - 1, T: now}
 			}
 			if dur || rcnt[qi]+e.RxDepth <= iters {
-				wr[0] = verbs.RecvWR{ID: wrID(qi, 0), SGL: []verbs.SGE{e.MR.SGE(e.TargetOff(qi), size)}}
-				if _, err := e.QPs[qi].PostRecv(wr[:]); err != nil {
+				if err := e.postRecv(qi, size); err != nil {
 					return nil, fmt.Errorf("couldn't post receive: rcnt=%d: %w", rcnt[qi], err)
 				}
-				e.recvPosted[qi]++
 			}
 		}
 	}
@@ -408,7 +417,6 @@ func (e *Engine) SendLat(ctx context.Context, size, iters int, client bool, dead
 	dur := !deadline.IsZero()
 	s := &Sample{Size: size, Start: time.Now(), RTTFactor: 2}
 	var wr [1]verbs.SendWR
-	var rwr [1]verbs.RecvWR
 	var sge [1]verbs.SGE
 	scnt, rcnt := 0, 0
 	wctx := ctx
@@ -433,11 +441,9 @@ func (e *Engine) SendLat(ctx context.Context, size, iters int, client bool, dead
 				rcnt++
 				e.recvPosted[0]--
 				if dur || rcnt+e.RxDepth <= iters {
-					rwr[0] = verbs.RecvWR{ID: wrID(0, 0), SGL: []verbs.SGE{e.MR.SGE(e.TargetOff(0), size)}}
-					if _, err := e.QPs[0].PostRecv(rwr[:]); err != nil {
+					if err := e.postRecv(0, size); err != nil {
 						return nil, fmt.Errorf("couldn't post recv: rcnt=%d: %w", rcnt, err)
 					}
-					e.recvPosted[0]++
 				}
 			}
 		}

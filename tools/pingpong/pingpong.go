@@ -183,6 +183,12 @@ type runner struct {
 	freeSlot []int
 	remote   Dest
 	psn      uint32
+	// Scratch work requests, reused so the ping-pong loop does not
+	// allocate.
+	swr  [1]verbs.SendWR
+	ssge [1]verbs.SGE
+	rwr  [1]verbs.RecvWR
+	rsge [1]verbs.SGE
 }
 
 // Run runs one pingpong on dev (server when cfg.Host is empty), printing
@@ -372,12 +378,12 @@ func (r *runner) connect(rem Dest) error {
 }
 
 func (r *runner) postRecv(n int) int {
-	var wr [1]verbs.RecvWR
 	posted := 0
 	for ; posted < n && len(r.freeSlot) > 0; posted++ {
 		s := r.freeSlot[len(r.freeSlot)-1]
-		wr[0] = verbs.RecvWR{ID: uint64(s)<<8 | wrRecv, SGL: []verbs.SGE{r.recvMR.SGE(s*r.slotLen, r.slotLen)}}
-		if _, err := r.qp.PostRecv(wr[:]); err != nil {
+		r.rsge[0] = r.recvMR.SGE(s*r.slotLen, r.slotLen)
+		r.rwr[0] = verbs.RecvWR{ID: uint64(s)<<8 | wrRecv, SGL: r.rsge[:]}
+		if _, err := r.qp.PostRecv(r.rwr[:]); err != nil {
 			break
 		}
 		if r.slots > 1 {
@@ -393,15 +399,16 @@ func (r *runner) postSend() error {
 	if c.Kind == UD {
 		off = GRHLen
 	}
-	wr := verbs.SendWR{ID: wrSend, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
-		SGL: []verbs.SGE{r.sendMR.SGE(off, c.Size)}}
+	r.ssge[0] = r.sendMR.SGE(off, c.Size)
+	wr := &r.swr[0]
+	*wr = verbs.SendWR{ID: wrSend, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: r.ssge[:]}
 	if r.inline {
 		wr.Flags |= verbs.SendInline
 	}
 	if c.Kind == UD {
 		wr.AH, wr.RemoteQPN, wr.RemoteQKey = r.ah, r.remote.QPN, QKey
 	}
-	_, err := r.qp.PostSend([]verbs.SendWR{wr})
+	_, err := r.qp.PostSend(r.swr[:])
 	if err != nil {
 		return fmt.Errorf("couldn't post send: %w", err)
 	}

@@ -71,6 +71,7 @@ type ConfigError struct {
 // ErrConfig is matched by every *ConfigError.
 var ErrConfig = errors.New("lnetd: bad configuration")
 
+// Error returns "file:line: path: message".
 func (e *ConfigError) Error() string {
 	var b strings.Builder
 	if e.File != "" {

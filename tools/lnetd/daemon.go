@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +26,9 @@ type Options struct {
 	Log *slog.Logger
 	// PID is the LNet process id (0: lnetwire.PIDLustre).
 	PID lnetwire.PID
+	// LNDs are drivers to offer besides the built-in loopback and TCP
+	// ones (e.g. an RDMA LND), for nets of their type.
+	LNDs []lnd.LND
 }
 
 // Daemon is a running LNet node: an *lnet.Instance with the loopback and
@@ -35,6 +39,7 @@ type Daemon struct {
 	log  *slog.Logger
 	in   *lnet.Instance
 	sock *socklnd.LND
+	lnds []lnd.LND // every network LND offered (sock first)
 	test *testService
 
 	// mu guards the stored configuration below.
@@ -73,7 +78,8 @@ func New(opts Options) (*Daemon, error) {
 		routing: routingTable.effective(cfg.Routing),
 		buffers: buffersTable.effective(cfg.Buffers),
 	}
-	in, err := lnet.New(lnet.Config{PID: opts.PID, LNDs: []lnd.LND{d.sock}, Globals: d.coreGlobals(), Log: log})
+	d.lnds = append([]lnd.LND{d.sock}, opts.LNDs...)
+	in, err := lnet.New(lnet.Config{PID: opts.PID, LNDs: d.lnds, Globals: d.coreGlobals(), Log: log})
 	if err != nil {
 		return nil, err
 	}
@@ -142,13 +148,13 @@ func (d *Daemon) addNet(n NetConfig, path string) error {
 	if err != nil {
 		return &ConfigError{Path: path + ".net type", Msg: err.Error()}
 	}
-	switch net.Type() {
-	case lnetwire.LOLND:
+	if net.Type() == lnetwire.LOLND {
 		return nil // always there
-	case lnetwire.SOCKLND:
-	default:
+	}
+	if !d.hasLND(net.Type()) {
 		return &ConfigError{Path: path + ".net type",
-			Msg: fmt.Sprintf("net type %s: lnetd has no %s LND (only tcp for now); its tunables are accepted, but the net cannot be brought up", n.Type, net.Type())}
+			Msg: fmt.Sprintf("net type %s: lnetd has no %s LND (built in: %s); its tunables are accepted, but the net cannot be brought up",
+				n.Type, net.Type(), d.lndNames())}
 	}
 	if len(n.NIs) == 0 {
 		return &ConfigError{Path: path + "." + keyLocalNIs, Msg: "no local NI given (add one with interfaces: {0: eth0})"}
@@ -160,6 +166,25 @@ func (d *Daemon) addNet(n NetConfig, path string) error {
 		}
 	}
 	return nil
+}
+
+// hasLND reports whether an LND of type t is offered.
+func (d *Daemon) hasLND(t lnetwire.LNDType) bool {
+	for _, l := range d.lnds {
+		if l.Type() == t {
+			return true
+		}
+	}
+	return false
+}
+
+// lndNames lists the net types lnetd can bring up.
+func (d *Daemon) lndNames() string {
+	names := []string{"lo"}
+	for _, l := range d.lnds {
+		names = append(names, l.Type().String())
+	}
+	return strings.Join(names, ", ")
 }
 
 // addNI starts one NI.
@@ -192,10 +217,15 @@ func (d *Daemon) addNI(net lnetwire.Net, netType string, ni NIConfig) error {
 			nc.Tunables.PeerTimeout = -1 // Lustre: 0 turns aliveness off
 		}
 	}
-	d.mu.Lock()
-	sc := d.socklndConfig(ni.LNDTunables)
-	d.mu.Unlock()
-	nc.LNDConfig = sc
+	var sc socklnd.Config
+	if net.Type() == lnetwire.SOCKLND {
+		d.mu.Lock()
+		sc = d.socklndConfig(ni.LNDTunables)
+		d.mu.Unlock()
+		nc.LNDConfig = sc
+	}
+	// Other LNDs (Options.LNDs) get their own defaults: their lnd
+	// tunables are stored and exported, not mapped.
 	before := d.in.NIDs()
 	if err := d.in.AddNet(nc); err != nil {
 		return explainAddNet(err, ni, sc)
@@ -212,7 +242,10 @@ func (d *Daemon) addNI(net lnetwire.Net, netType string, ni NIConfig) error {
 	d.mu.Lock()
 	d.nis = append(d.nis, niState{netType: netType, nid: nid, cfg: cfg})
 	d.mu.Unlock()
-	attrs := []any{"nid", nid, "interfaces", ni.Interfaces, "accept_port", sc.AcceptPort, "accept", sc.Accept}
+	attrs := []any{"nid", nid, "interfaces", ni.Interfaces}
+	if net.Type() == lnetwire.SOCKLND {
+		attrs = append(attrs, "accept_port", sc.AcceptPort, "accept", sc.Accept)
+	}
 	if drv := d.sock.Driver(nid); drv != nil && drv.ListenAddr() != nil {
 		attrs = append(attrs, "listen", drv.ListenAddr().String())
 	}

@@ -4,11 +4,16 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"softib/lnet/lnd"
+	"softib/lnet/lnd/lndtest"
+	"softib/wire/lnetwire"
 )
 
 func TestNetShowPingPeerStats(t *testing.T) {
@@ -346,4 +351,49 @@ func TestLazyPortal(t *testing.T) {
 		t.Errorf("after lazy delivery: md %s put %s", YAML(m), YAML(doc))
 	}
 	ctlOK(t, b.sock, "test", "lazy", "--portal", "21", "--clear")
+}
+
+// TestExtraLND: a net of another LND type (here an in-memory stand-in
+// for o2iblnd) comes up when its LND is offered; its o2iblnd tunables are
+// stored and exported, and the echo service works over it.
+func TestExtraLND(t *testing.T) {
+	nw := lndtest.New(lnetwire.O2IBLND)
+	mk := func(addr string) (*Daemon, string) {
+		y := fmt.Sprintf("net:\n    - net type: o2ib\n      local NI(s):\n        - nid: %s@o2ib\n"+
+			"          lnd tunables:\n              map_on_demand: 32\n              peercredits_hiw: 16\n", addr)
+		cfg, err := ParseConfig([]byte(y))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := New(Options{Config: cfg, LNDs: []lnd.LND{nw.LND()}, Log: slog.New(slog.NewTextHandler(&testLogWriter{t}, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(d.Close)
+		sock := filepath.Join(t.TempDir(), "s")
+		ln, err := Listen(sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := NewServer(d.Handle)
+		go srv.Serve(ln)
+		t.Cleanup(func() { ln.Close(); srv.Close() })
+		return d, sock
+	}
+	_, sa := mk("10.0.0.1")
+	_, sb := mk("10.0.0.2")
+	ctlOK(t, sa, "test", "put", "--nid", "10.0.0.2@o2ib", "--size", "300000", "--seed", "5")
+	g := ctlDoc(t, sa, "test", "get", "--nid", "10.0.0.2@o2ib", "--size", "300000")
+	b := ctlDoc(t, sb, "test", "show").Path("test service", "slots", 0).(Map)
+	if g.Path("test get", "crc32") != b.Get("crc32") {
+		t.Errorf("o2ib echo: get %v, slot %v", g.Path("test get", "crc32"), b.Get("crc32"))
+	}
+	exp, err := ParseConfig([]byte(ctlOK(t, sa, "export", "--backup")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ni := exp.Nets[0].NIs[0]
+	if v, _ := ni.LNDTunables.Get("map_on_demand"); exp.Nets[0].Type != "o2ib" || v != 32 {
+		t.Errorf("export: %+v", exp.Nets)
+	}
 }

@@ -58,6 +58,7 @@ type OpError struct {
 	Hint  string `json:"hint,omitempty"`
 }
 
+// Error returns the description and the hint.
 func (e *OpError) Error() string {
 	s := e.Descr
 	if e.Hint != "" {

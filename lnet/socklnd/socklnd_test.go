@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"net"
+	"runtime"
 	"strconv"
 	"sync"
 	"testing"
@@ -481,4 +482,20 @@ func TestTooBig(t *testing.T) {
 	if err := a.d.Send(m); !errors.Is(err, lnd.ErrTooBig) {
 		t.Fatal(err)
 	}
+}
+
+// TestNoGoroutineLeak: after Shutdown every driver goroutine (acceptor,
+// reaper, handshakes, readers, writers) has exited.
+func TestNoGoroutineLeak(t *testing.T) {
+	before := runtime.NumGoroutine()
+	ips := testIPs(2)
+	a := startNode(t, ips[0], baseConfig())
+	b := startNode(t, ips[1], baseConfig())
+	if err := a.send(t, putMsg(a.nid, b.nid, pattern(20000, 1), 1)); err != nil {
+		t.Fatal(err)
+	}
+	b.waitRx(t)
+	a.d.Shutdown()
+	b.d.Shutdown()
+	eventually(t, "goroutines back to the baseline", func() bool { return runtime.NumGoroutine() <= before })
 }

@@ -93,6 +93,15 @@ type Config struct {
 	FirstCommID uint32
 	// Logger receives debug logs; nil discards them.
 	Logger *slog.Logger
+	// Tracer, if set, observes the CM (tests, qlog-style tracing).
+	Tracer Tracer
+}
+
+// Tracer observes a CM. Its methods are called with the CM lock held and
+// must not call back into the CM.
+type Tracer interface {
+	// StateChanged is called after every state transition of an ID.
+	StateChanged(id *ID, from, to State)
 }
 
 func (c Config) withDefaults(gid verbs.GID) Config {
@@ -387,7 +396,11 @@ func (c *CM) setState(id *ID, next State) bool {
 		c.cfg.Logger.Error("cm: refused transition", "id", id.localID, "from", id.state, "to", next)
 		return false
 	}
+	prev := id.state
 	id.state = next
+	if c.cfg.Tracer != nil {
+		c.cfg.Tracer.StateChanged(id, prev, next)
+	}
 	return true
 }
 

@@ -146,6 +146,9 @@ func (n *memNet) node(t *testing.T, ip string, cfg cm.Config) *node {
 	g := verbs.GIDFromAddr(a)
 	p := &port{net: n, gid: g}
 	nd := &node{t: t, gid: g, ip: a, port: p}
+	if cfg.Tracer == nil {
+		cfg.Tracer = transitions
+	}
 	nd.cm = cm.New(p, cfg)
 	n.mu.Lock()
 	n.ports[g] = nd

@@ -387,7 +387,8 @@ func TestE2EPeerKilledAndRestarted(t *testing.T) {
 		t.Fatalf("stream output: %v\n%s\n%s", jerr, sout.String(), serr.String())
 	}
 	r := res.Get("test put").(Map)
-	if r.Get("error") == nil || r.Get("ok").(int64) < 5 {
+	// PUTs go one at a time: with 5 landed at B, A completed at least 4.
+	if r.Get("error") == nil || r.Get("ok").(int64) < 4 {
 		t.Errorf("stream result:\n%s", YAML(res))
 	}
 	t.Logf("stream stopped after %v ACKed PUTs: %v", r.Get("ok"), r.Get("error"))

@@ -220,7 +220,7 @@ type simSide struct {
 	// completion (an RC ACK round trip), which the two out-of-band NOOP
 	// buffers rely on.
 	peerDone, sendDone int
-	pending []simMsg // processed, waiting for Recv
+	pending            []simMsg // processed, waiting for Recv
 	// awaitDone counts acked PUT_REQs whose credit rides on the PUT_DONE.
 	awaitDone   int
 	reqs        int // PUT_REQ/GET_REQ enqueued

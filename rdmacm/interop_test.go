@@ -73,7 +73,8 @@ func (w testLog) Write(p []byte) (int, error) {
 
 // TestInteropLinuxKernel connects softib's RDMA CM with the Linux 6.1
 // kernel rdma_cm (rdma_rxe in a QEMU guest, rdmacm-utils' rdma_server
-// and rdma_client) in both directions and checks the capture with
+// and rdma_client, ucmatose, udaddy) in both directions and checks the
+// capture with
 // tshark. It runs when SOFTIB_INTEROP_IMAGE names an image made by
 // interop/image.sh (it boots a VM: minutes under TCG).
 func TestInteropLinuxKernel(t *testing.T) {
@@ -246,6 +247,76 @@ func TestInteropLinuxKernel(t *testing.T) {
 			t.Fatalf("rdma_client: %v rc %d\n%s%s", err, r.Code, r.Stdout, r.Stderr)
 		}
 		t.Logf("rdma_client: %s", r.Stdout)
+		id.DestroyQP()
+		id.Destroy()
+	})
+
+	// ucmatose as client: our server sends first and disconnects first
+	// (our DREQ, the kernel's DREP).
+	t.Run("kernel ucmatose client", func(t *testing.T) {
+		const count, size = 10, 100
+		ch := rdmacm.NewEventChannel()
+		lis, err := m.CreateID(ch, nil, rdmacm.PSTCP)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lis.Destroy()
+		if err := lis.BindAddr(netip.AddrPortFrom(host, 7471)); err != nil {
+			t.Fatal(err)
+		}
+		if err := lis.Listen(0); err != nil {
+			t.Fatal(err)
+		}
+		job, err := v.Go("ucmatose_client", fmt.Sprintf("ucmatose -s %s", host), 120*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ectx, ecancel := context.WithTimeout(ctx, 3*time.Minute)
+		defer ecancel()
+		req, err := ch.GetEvent(ectx)
+		if err != nil || req.Type != rdmacm.EventConnectRequest {
+			r, _ := job.Wait(ctx)
+			t.Fatalf("no CONNECT_REQUEST (%v %v); guest: %s %s", req, err, r.Stdout, r.Stderr)
+		}
+		id := req.ID
+		cq := newCQ(t, id)
+		qp, err := id.CreateQP(nil, &verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq,
+			Cap: verbs.QPCap{MaxSendWR: count, MaxRecvWR: count, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mr, err := id.PD().RegMR(make([]byte, (count+1)*size), verbs.AccessLocalWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range count {
+			if _, err := qp.PostRecv([]verbs.RecvWR{{ID: uint64(i), SGL: []verbs.SGE{mr.SGE(i*size, size)}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := id.Accept(nil); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, ch, rdmacm.EventEstablished)
+		for i := range count {
+			if _, err := qp.PostSend([]verbs.SendWR{{ID: uint64(100 + i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+				SGL: []verbs.SGE{mr.SGE(count*size, size)}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range 2 * count {
+			if wc := waitWC(t, cq); wc.Status != verbs.WCSuccess {
+				t.Fatalf("wc %+v", wc)
+			}
+		}
+		if err := id.Disconnect(); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, ch, rdmacm.EventDisconnected)
+		r, err := job.Wait(ctx)
+		if err != nil || r.Code != 0 {
+			t.Fatalf("ucmatose: %v rc %d\n%s%s", err, r.Code, r.Stdout, r.Stderr)
+		}
 		id.DestroyQP()
 		id.Destroy()
 	})
@@ -429,6 +500,7 @@ func TestInteropLinuxKernel(t *testing.T) {
 		host.String() + " 0x0010", guest.String() + " 0x0013", host.String() + " 0x0014", // we connect
 		guest.String() + " 0x0010", host.String() + " 0x0013", guest.String() + " 0x0014", // they connect
 		guest.String() + " 0x0015", host.String() + " 0x0016", // they disconnect, we answer
+		host.String() + " 0x0015", guest.String() + " 0x0016", // we disconnect, they answer
 		host.String() + " 0x0017", guest.String() + " 0x0018", // we resolve a UD service
 		guest.String() + " 0x0017", host.String() + " 0x0018", // they do
 	} {

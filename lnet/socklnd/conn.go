@@ -95,6 +95,7 @@ type conn struct {
 
 	queued atomic.Int64 // sends queued, for load balancing
 	lastRx atomic.Int64 // unix ns of the last message
+	rxMsgs atomic.Uint64 // LNET messages received
 
 	mu       sync.Mutex // guards txq, acks, ping, closed
 	txq      []*tx
@@ -589,6 +590,7 @@ func (c *conn) readLoop() error {
 			return ErrCsum
 		}
 		d.stats.RxMsgs.Add(1)
+		c.rxMsgs.Add(1)
 		d.stats.RxBytes.Add(uint64(n))
 		if req.msg != nil {
 			d.ni.Finalize(req.msg, nil)

@@ -314,6 +314,7 @@ type peer struct {
 	zc          map[uint64]*tx        // sends waiting for their ZC-ACK
 	lastPing    time.Time             // last keepalive sent
 	lastRx      time.Time             // last message from a closed conn
+	rr          int                   // rotates pickConn's starting point
 }
 
 // wantedTypes lists the connection types the active side maintains.
@@ -369,7 +370,11 @@ func (d *Driver) pickConn(p *peer, nob int, fallback bool) *conn {
 		want = lnetwire.SockConnControl
 	}
 	var best *conn
-	for _, c := range p.conns {
+	// Start at a rotating offset so ties (idle connections) alternate.
+	n := len(p.conns)
+	p.rr++
+	for i := range n {
+		c := p.conns[(i+p.rr)%n]
 		if c.typ != want && c.typ != lnetwire.SockConnAny {
 			continue
 		}

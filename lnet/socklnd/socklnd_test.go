@@ -499,3 +499,78 @@ func TestNoGoroutineLeak(t *testing.T) {
 	b.d.Shutdown()
 	eventually(t, "goroutines back to the baseline", func() bool { return runtime.NumGoroutine() <= before })
 }
+
+// TestConnsPerPeer: with conns_per_peer 2 each side keeps one CONTROL and
+// two BULK connections of each direction, and bulk traffic uses both.
+func TestConnsPerPeer(t *testing.T) {
+	ips := testIPs(2)
+	cfg := baseConfig()
+	cfg.ConnsPerPeer = 2
+	a := startNode(t, ips[0], cfg)
+	b := startNode(t, ips[1], cfg)
+	if err := a.send(t, putMsg(a.nid, b.nid, nil, 0)); err != nil {
+		t.Fatal(err)
+	}
+	b.waitRx(t)
+	eventually(t, "all connections up", func() bool {
+		c := a.d.Conns(b.nid)
+		return c[lnetwire.SockConnControl] == 1 && c[lnetwire.SockConnBulkIn] == 2 && c[lnetwire.SockConnBulkOut] == 2
+	})
+	const n = 64
+	for i := range n {
+		if err := a.d.Send(putMsg(a.nid, b.nid, pattern(8192, byte(i)), uint64(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range n {
+		if err := a.waitFin(t, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range n {
+		b.waitRx(t)
+	}
+	b.d.mu.Lock()
+	used := 0
+	for _, c := range b.d.peers[a.nid].conns {
+		if c.typ == lnetwire.SockConnBulkIn && c.rxMsgs.Load() != 0 {
+			used++
+		}
+	}
+	b.d.mu.Unlock()
+	if used != 2 {
+		t.Fatalf("%d BULK_IN connections carried traffic, want 2", used)
+	}
+}
+
+// TestSingleConnWithTypedPeer: an untyped node (one ANY connection) and a
+// typed one interoperate in both directions.
+func TestSingleConnWithTypedPeer(t *testing.T) {
+	ips := testIPs(2)
+	single := baseConfig()
+	single.SingleConn = true
+	a := startNode(t, ips[0], single)
+	b := startNode(t, ips[1], baseConfig())
+	for _, big := range []bool{false, true} {
+		n := 10
+		if big {
+			n = 100000
+		}
+		data := pattern(n, 4)
+		if err := a.send(t, putMsg(a.nid, b.nid, data, 1)); err != nil {
+			t.Fatal(err)
+		}
+		if r := b.waitRx(t); !bytes.Equal(r.data, data) {
+			t.Fatal("a→b payload differs")
+		}
+		if err := b.send(t, putMsg(b.nid, a.nid, data, 2)); err != nil {
+			t.Fatal(err)
+		}
+		if r := a.waitRx(t); !bytes.Equal(r.data, data) {
+			t.Fatal("b→a payload differs")
+		}
+	}
+	if c := b.d.Conns(a.nid); c[lnetwire.SockConnAny] != 1 || len(c) != 1 {
+		t.Fatalf("typed side conns %v, want one ANY", c)
+	}
+}

@@ -89,11 +89,17 @@ func (n Netem) nftDup(dev string) string {
 func ppm(pct float64) int { return int(pct * 10000) }
 
 // SetNetem impairs the packets this node sends on Dev, replacing any
-// earlier setting. It uses a tc netem qdisc on Dev. If the kernel lacks
-// netem, loss and duplication are emulated with nftables (needs the nft
-// tool); asking for more then returns ErrNetemUnsupported. Either way,
-// whole GSO super-packets are dropped or duplicated as one.
+// earlier setting. On a relay pair (PairConfig.Relay) the relay applies
+// it, whatever the kernel. Otherwise it uses a tc netem qdisc on Dev; if
+// the kernel lacks netem, loss and duplication are emulated with
+// nftables (needs the nft tool) and asking for more returns
+// ErrNetemUnsupported. On veth, whole GSO super-packets are dropped or
+// duplicated as one.
 func (n *Node) SetNetem(c Netem) error {
+	if n.relay != nil {
+		n.relay.set(n.dir, c)
+		return nil
+	}
 	n.clearNetem()
 	if c == (Netem{}) {
 		return nil
@@ -124,6 +130,10 @@ func (n *Node) SetNetem(c Netem) error {
 
 // ClearNetem removes any impairment set by SetNetem.
 func (n *Node) ClearNetem() error {
+	if n.relay != nil {
+		n.relay.set(n.dir, Netem{})
+		return nil
+	}
 	n.clearNetem()
 	return nil
 }

@@ -31,6 +31,11 @@ type Node struct {
 	// The far end of Dev's veth (the other node, or the hub), where
 	// emulated loss is applied on ingress.
 	peerNS, peerDev string
+
+	// relay and dir are set for a relay pair: this node's frames travel
+	// in direction dir.
+	relay *relay
+	dir   int
 }
 
 // Side selects a node of a Pair.
@@ -54,11 +59,28 @@ type PairConfig struct {
 	Addr6A, Addr6B netip.Prefix
 	// NoIPv6 leaves IPv6 unconfigured.
 	NoIPv6 bool
+	// Relay joins the namespaces through two TAP devices and a relay in
+	// this process instead of a veth pair. SetNetem then applies every
+	// impairment (delay, jitter, reorder, corrupt too) in userspace on
+	// any kernel, at a lower throughput than veth.
+	Relay bool
+	// Seed seeds the relay's impairment decisions.
+	Seed uint64
 }
 
-// Pair is two namespaces joined by one veth link.
+// Pair is two namespaces joined by one veth link (or a relay).
 type Pair struct {
 	A, B *Node
+
+	relay *relay
+}
+
+// RelayStats returns the relay's counters, or nil for a veth pair.
+func (p *Pair) RelayStats() *RelayStats {
+	if p.relay == nil {
+		return nil
+	}
+	return &p.relay.stats
 }
 
 // Node returns the node of side s.
@@ -129,9 +151,27 @@ func NewPair(t testing.TB, cfg PairConfig) *Pair {
 	b.peerNS, b.peerDev = a.Name, a.Dev
 	addNS(t, a.Name)
 	addNS(t, b.Name)
-	must(t, ip("link", "add", a.Dev, "netns", a.Name, "mtu", fmt.Sprint(cfg.MTU),
-		"type", "veth", "peer", "name", b.Dev, "netns", b.Name, "mtu", fmt.Sprint(cfg.MTU)))
 	p := &Pair{A: a, B: b}
+	if cfg.Relay {
+		var taps [2]*os.File
+		for i, n := range []*Node{a, b} {
+			err := n.Do(func() (err error) { taps[i], err = openTap(n.Dev); return err })
+			if err != nil {
+				if taps[0] != nil {
+					taps[0].Close()
+				}
+				t.Fatalf("netns: %v", err)
+			}
+			must(t, ip("-n", n.Name, "link", "set", n.Dev, "mtu", fmt.Sprint(cfg.MTU)))
+		}
+		p.relay = newRelay(taps[0], taps[1], cfg.Seed)
+		t.Cleanup(p.relay.close)
+		a.relay, a.dir = p.relay, 0
+		b.relay, b.dir = p.relay, 1
+	} else {
+		must(t, ip("link", "add", a.Dev, "netns", a.Name, "mtu", fmt.Sprint(cfg.MTU),
+			"type", "veth", "peer", "name", b.Dev, "netns", b.Name, "mtu", fmt.Sprint(cfg.MTU)))
+	}
 	for _, c := range []struct {
 		n      *Node
 		p4, p6 netip.Prefix

@@ -223,3 +223,46 @@ func TestBridge(t *testing.T) {
 		t.Fatalf("v6: got %d of 100", got)
 	}
 }
+
+func TestRelay(t *testing.T) {
+	p := netns.NewPair(t, netns.PairConfig{Relay: true, MTU: 9000, Seed: 7})
+	dst := netip.AddrPortFrom(p.B.Addr, 4791)
+	if got := exchange(t, p.A, p.B, dst, 300, 4200, nil); got != 300 {
+		t.Fatalf("unimpaired relay: got %d of 300", got)
+	}
+	if got := exchange(t, p.B, p.A, netip.AddrPortFrom(p.A.Addr6, 4791), 300, 1000, nil); got != 300 {
+		t.Fatalf("unimpaired relay v6: got %d of 300", got)
+	}
+
+	// A delayed link: a round trip takes at least the delay.
+	const delay = 30 * time.Millisecond
+	if err := p.SetNetem(netns.A, netns.Netem{Delay: delay}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if out, err := p.A.Command("ping", "-c", "1", "-W", "5", p.B.Addr.String()).CombinedOutput(); err != nil {
+		t.Fatalf("ping: %v: %s", err, out)
+	}
+	if rtt := time.Since(start); rtt < delay {
+		t.Fatalf("round trip %v shorter than the %v delay", rtt, delay)
+	}
+
+	imp := netns.Netem{Loss: 10, Duplicate: 5, Corrupt: 5, Reorder: 25, Delay: 2 * time.Millisecond, Jitter: time.Millisecond}
+	if err := p.SetNetem(netns.A, imp); err != nil {
+		t.Fatal(err)
+	}
+	const n = 2000
+	got := exchange(t, p.A, p.B, dst, n, 1000, func() { p.A.ClearNetem() })
+	st := p.RelayStats()
+	t.Logf("impaired relay: %d of %d arrived; dropped %v duplicated %v corrupted %v reordered %v",
+		got, n, &st.Dropped, &st.Duplicated, &st.Corrupted, &st.Reordered)
+	if got == 0 || got >= n+int(st.Duplicated.Load()) {
+		t.Fatalf("got %d", got)
+	}
+	for name, c := range map[string]uint64{"dropped": st.Dropped.Load(), "duplicated": st.Duplicated.Load(),
+		"corrupted": st.Corrupted.Load(), "reordered": st.Reordered.Load()} {
+		if c == 0 {
+			t.Errorf("relay %s nothing", name)
+		}
+	}
+}

@@ -335,5 +335,6 @@ func (n *Node) Command(name string, args ...string) *exec.Cmd {
 }
 
 // ErrNetemUnsupported is returned by SetNetem when the kernel has no
-// netem qdisc and the requested impairment cannot be emulated otherwise.
-var ErrNetemUnsupported = errors.New("netns: impairment not supported by this kernel (no sch_netem)")
+// netem qdisc and the requested impairment cannot be emulated with
+// nftables. A relay pair (PairConfig.Relay) supports every impairment.
+var ErrNetemUnsupported = errors.New("netns: impairment not supported by this kernel (no sch_netem; use PairConfig.Relay)")

@@ -493,7 +493,7 @@ func (n *Network) push(e event) {
 		n.timerAt = e.at
 		return
 	}
-	if first := n.sched[0].at; first != n.timerAt || len(n.sched) == 1 {
+	if first := n.sched[0].at; !first.Equal(n.timerAt) || len(n.sched) == 1 {
 		n.timer.Reset(time.Until(first))
 		n.timerAt = first
 	}

@@ -446,3 +446,23 @@ func TestAllocs(t *testing.T) {
 		t.Fatalf("%v allocs per batch round trip", allocs)
 	}
 }
+
+// TestRealTime checks that delays also work outside a synctest bubble.
+func TestRealTime(t *testing.T) {
+	nw := udptest.NewNetwork(1)
+	defer nw.Close()
+	a, b := nw.Endpoint(addrA), nw.Endpoint(addrB)
+	nw.SetFaults(udptest.Faults{Delay: 5 * time.Millisecond, Jitter: time.Millisecond})
+	send(t, a, addrB, 0, 20)
+	msgs := make([]udp.Message, 32)
+	for i := range msgs {
+		msgs[i].Buf = make([]byte, 100)
+	}
+	for got := 0; got < 20; {
+		n, err := b.ReadBatch(msgs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += n
+	}
+}

@@ -37,6 +37,7 @@ type Row struct {
 
 // Report strings of perftest.
 const (
+	WaitingBanner   = "\n************************************\n* Waiting for client to connect... *\n************************************\n"
 	ResultLine      = "---------------------------------------------------------------------------------------\n"
 	ResultFmtBW     = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n"
 	ResultFmtBWG    = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n"

@@ -230,6 +230,9 @@ func Run(ctx context.Context, dev verbs.Device, cfg Config) ([]Row, error) {
 		cfg.RxDepth = min(cfg.RxDepth, cfg.Iters)
 	}
 	client := cfg.Host != ""
+	if !client {
+		fmt.Fprint(cfg.Out, WaitingBanner)
+	}
 	var ctrl Ctrl
 	var err error
 	if cfg.RDMACM {

@@ -93,8 +93,8 @@ type conn struct {
 
 	registered bool // in p.conns (guarded by Driver.mu)
 
-	queued atomic.Int64 // sends queued, for load balancing
-	lastRx atomic.Int64 // unix ns of the last message
+	queued atomic.Int64  // sends queued, for load balancing
+	lastRx atomic.Int64  // unix ns of the last message
 	rxMsgs atomic.Uint64 // LNET messages received
 
 	mu       sync.Mutex // guards txq, acks, ping, closed

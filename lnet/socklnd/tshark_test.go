@@ -2,6 +2,7 @@ package socklnd_test
 
 import (
 	"bufio"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,19 +19,21 @@ import (
 	"softib/lnet/socklnd"
 )
 
-// capture runs tcpdump on lo for the given hosts until the returned stop
-// function is called, writing a pcap into the test's temp dir.
+// capture runs dumpcap (shipped with tshark) on lo for the given hosts
+// until the returned stop function is called, writing a pcap into the
+// test's temp dir.
 func capture(t *testing.T, port int, hosts ...string) (path string, stop func()) {
 	t.Helper()
 	testenv.RequireRoot(t)
-	tcpdump := testenv.RequireTool(t, "tcpdump")
+	testenv.RequireTool(t, "tshark")
+	dumpcap := testenv.RequireTool(t, "dumpcap")
 	path = filepath.Join(t.TempDir(), "socklnd.pcap")
 	var filter []string
 	for _, h := range hosts {
 		filter = append(filter, "host "+h)
 	}
 	expr := "tcp port " + strconv.Itoa(port) + " and (" + strings.Join(filter, " or ") + ")"
-	cmd := exec.Command(tcpdump, "-i", "lo", "--immediate-mode", "-B", "32768", "-U", "-s", "0", "-w", path, expr)
+	cmd := exec.Command(dumpcap, "-i", "lo", "-P", "-B", "32", "-f", expr, "-w", path)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -43,8 +46,8 @@ func capture(t *testing.T, port int, hosts ...string) (path string, stop func())
 		sc := bufio.NewScanner(stderr)
 		once := false
 		for sc.Scan() {
-			t.Logf("tcpdump: %s", sc.Text())
-			if !once && strings.Contains(sc.Text(), "listening on") {
+			t.Logf("dumpcap: %s", sc.Text())
+			if !once && strings.Contains(sc.Text(), "Capturing on") {
 				once = true
 				close(ready)
 			}
@@ -56,7 +59,23 @@ func capture(t *testing.T, port int, hosts ...string) (path string, stop func())
 	select {
 	case <-ready:
 	case <-time.After(hangGuard):
-		t.Fatal("hang guard: tcpdump did not start")
+		t.Fatal("hang guard: dumpcap did not start")
+	}
+	// dumpcap announces itself before its filter is live: probe (a
+	// refused connect matching the filter) until packets reach the file.
+	probe := net.JoinHostPort(hosts[0], strconv.Itoa(port))
+	deadline := time.Now().Add(hangGuard)
+	for {
+		if c, err := net.DialTimeout("tcp4", probe, time.Second); err == nil {
+			c.Close()
+		}
+		time.Sleep(20 * time.Millisecond)
+		if fi, err := os.Stat(path); err == nil && fi.Size() > 24 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("hang guard: dumpcap captures nothing")
+		}
 	}
 	stopped := false
 	stop = func() {
@@ -64,18 +83,22 @@ func capture(t *testing.T, port int, hosts ...string) (path string, stop func())
 			return
 		}
 		stopped = true
-		// Let tcpdump drain what it has buffered: wait until the file
+		// Let dumpcap drain what it has buffered: wait until the file
 		// stops growing.
-		last := int64(-1)
-		for range 100 {
+		last, same := int64(-1), 0
+		for range 200 {
 			time.Sleep(50 * time.Millisecond)
 			fi, err := os.Stat(path)
-			if err == nil && fi.Size() == last {
+			if err != nil {
 				break
 			}
-			if err == nil {
-				last = fi.Size()
+			if fi.Size() == last {
+				if same++; same == 6 {
+					break
+				}
+				continue
 			}
+			last, same = fi.Size(), 0
 		}
 		cmd.Process.Signal(syscall.SIGINT)
 		cmd.Wait()

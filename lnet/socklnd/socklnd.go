@@ -95,6 +95,15 @@ type LND struct {
 	drivers map[lnetwire.NID]*Driver
 }
 
+// The interfaces socklnd implements.
+var (
+	_ lnd.LND              = (*LND)(nil)
+	_ lnd.TunableDefaulter = (*LND)(nil)
+	_ lnd.Driver           = (*Driver)(nil)
+	_ lnd.PeerQuerier      = (*Driver)(nil)
+	_ lnd.PeerDownNotifier = (*Driver)(nil)
+)
+
 // New returns an LND using cfg for NIs without their own configuration.
 func New(cfg Config) *LND { return &LND{Config: cfg} }
 

@@ -1,0 +1,263 @@
+//go:build linux
+
+package udp
+
+import (
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// reader holds the preallocated recvmmsg state; mu serializes ReadBatch.
+type reader struct {
+	mu    sync.Mutex
+	s     *Socket
+	hdrs  []unix.Mmsghdr
+	iovs  []unix.Iovec
+	names []sockaddr
+	oob   []byte // groCmsgSize per message, when GRO is on
+	bufs  [][]byte
+
+	// GRO mode: datagrams received into bufs and not yet handed out are
+	// bufs[next:cnt]; off is the offset in bufs[next].
+	next, cnt, off int
+
+	// Results of the last syscall, set by the RawConn callbacks.
+	n     int
+	errno syscall.Errno
+	vlen  int
+
+	recvFn, pollFn func(fd uintptr) bool
+}
+
+func (r *reader) init(s *Socket) {
+	b := s.cfg.BatchSize
+	r.s = s
+	r.hdrs = make([]unix.Mmsghdr, b)
+	r.iovs = make([]unix.Iovec, b)
+	r.names = make([]sockaddr, b)
+	if s.gro {
+		r.oob = make([]byte, b*groCmsgSize)
+		r.bufs = make([][]byte, b)
+		for i := range r.bufs {
+			r.bufs[i] = make([]byte, groBufSize)
+		}
+	}
+	// Method values made once: passing them to RawConn.Read does not
+	// allocate per call.
+	r.recvFn = r.recv
+	r.pollFn = r.poll
+}
+
+// recv is the netpoller-integrated callback: false on EAGAIN parks the
+// goroutine until the socket is readable.
+func (r *reader) recv(fd uintptr) bool {
+	r.syscall(fd)
+	return r.errno != unix.EAGAIN
+}
+
+// poll is the busy-poll callback: it never parks.
+func (r *reader) poll(fd uintptr) bool {
+	r.syscall(fd)
+	return true
+}
+
+func (r *reader) syscall(fd uintptr) {
+	for {
+		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])),
+			uintptr(r.vlen), unix.MSG_DONTWAIT, 0, 0)
+		if e == unix.EINTR {
+			continue
+		}
+		r.n, r.errno = int(n), e
+		return
+	}
+}
+
+// ReadBatch implements Conn. It blocks until at least one datagram has
+// arrived. Datagrams longer than cap(msgs[i].Buf) are dropped and counted
+// in Stats.RxTruncated. The Buf fields are never changed: datagram i is in
+// msgs[i].Buf[:msgs[i].N]. Without GRO, datagrams are received straight
+// into the callers' buffers; with GRO they are received into socket
+// buffers and copied out.
+func (s *Socket) ReadBatch(msgs []Message) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	r := &s.rd
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for {
+		if s.closed.Load() {
+			return 0, errClosed
+		}
+		if s.gro {
+			if n := r.drain(msgs); n > 0 {
+				return n, nil
+			}
+			r.prepareGRO(min(len(msgs), len(r.hdrs)))
+		} else {
+			r.prepareDirect(msgs[:min(len(msgs), len(r.hdrs))])
+		}
+		if err := r.receive(); err != nil {
+			r.clear()
+			return 0, err
+		}
+		s.Stats.RxSyscalls.Inc()
+		if s.gro {
+			r.next, r.cnt, r.off = 0, r.n, 0
+			continue
+		}
+		n := r.finishDirect(msgs)
+		r.clear()
+		if n > 0 {
+			return n, nil
+		}
+	}
+}
+
+// receive runs recvmmsg until it returns at least one datagram.
+func (r *reader) receive() error {
+	s := r.s
+	if s.cfg.BusyPoll {
+		start := time.Now()
+		for spins := 0; ; spins++ {
+			if err := s.rc.Read(r.pollFn); err != nil {
+				return s.wrapErr("recvmmsg", err)
+			}
+			if r.errno != unix.EAGAIN {
+				break
+			}
+			if spins&31 == 31 && time.Since(start) > s.cfg.BusyPollSpin {
+				// Idle: park until readable rather than burn a core.
+				if err := s.rc.Read(r.recvFn); err != nil {
+					return s.wrapErr("recvmmsg", err)
+				}
+				break
+			}
+			runtime.Gosched()
+		}
+	} else if err := s.rc.Read(r.recvFn); err != nil {
+		return s.wrapErr("recvmmsg", err)
+	}
+	if r.errno != 0 {
+		return s.wrapErr("recvmmsg", r.errno)
+	}
+	return nil
+}
+
+// prepareDirect points the recvmmsg vector at the callers' buffers.
+func (r *reader) prepareDirect(msgs []Message) {
+	for i := range msgs {
+		b := msgs[i].Buf
+		iov := &r.iovs[i]
+		iov.Base = unsafe.SliceData(b)
+		iov.SetLen(cap(b))
+		h := &r.hdrs[i].Hdr
+		h.Name = (*byte)(unsafe.Pointer(&r.names[i]))
+		h.Namelen = unix.SizeofSockaddrInet6
+		h.Iov = iov
+		h.SetIovlen(1)
+		h.Control = nil
+		h.SetControllen(0)
+		h.Flags = 0
+	}
+	r.vlen = len(msgs)
+}
+
+// prepareGRO points the recvmmsg vector at the first n socket buffers.
+func (r *reader) prepareGRO(n int) {
+	for i := range n {
+		iov := &r.iovs[i]
+		iov.Base = &r.bufs[i][0]
+		iov.SetLen(groBufSize)
+		h := &r.hdrs[i].Hdr
+		h.Name = (*byte)(unsafe.Pointer(&r.names[i]))
+		h.Namelen = unix.SizeofSockaddrInet6
+		h.Iov = iov
+		h.SetIovlen(1)
+		h.Control = &r.oob[i*groCmsgSize]
+		h.SetControllen(groCmsgSize)
+		h.Flags = 0
+	}
+	r.vlen = n
+}
+
+// clear drops the references to caller buffers so that the socket does
+// not keep them alive.
+func (r *reader) clear() {
+	for i := range r.vlen {
+		r.iovs[i].Base = nil
+	}
+}
+
+// finishDirect fills in N and Addr for the r.n received datagrams and
+// compacts away truncated ones.
+func (r *reader) finishDirect(msgs []Message) int {
+	n := 0
+	for i := range r.n {
+		h := &r.hdrs[i]
+		if h.Hdr.Flags&unix.MSG_TRUNC != 0 {
+			r.s.Stats.RxTruncated.Inc()
+			continue
+		}
+		if n != i {
+			// Close the gap left by a dropped datagram. Copying (rare)
+			// rather than swapping Buf slices keeps every Buf where the
+			// caller put it; callers track buffers by index.
+			if int(h.Len) > cap(msgs[n].Buf) {
+				r.s.Stats.RxTruncated.Inc()
+				continue
+			}
+			copy(msgs[n].Buf[:cap(msgs[n].Buf)], msgs[i].Buf[:h.Len])
+		}
+		msgs[n].N = int(h.Len)
+		msgs[n].Addr = getSockaddr(&r.names[i])
+		n++
+	}
+	r.s.Stats.RxDatagrams.Add(uint64(n))
+	return n
+}
+
+// drain copies pending GRO-mode datagrams into msgs, splitting
+// super-datagrams at their segment size, and returns how many it filled.
+func (r *reader) drain(msgs []Message) int {
+	n := 0
+	for r.next < r.cnt && n < len(msgs) {
+		i := r.next
+		h := &r.hdrs[i]
+		total := int(h.Len)
+		seg := total
+		if h.Hdr.Flags&unix.MSG_TRUNC == 0 {
+			if g := groSize(r.oob[i*groCmsgSize : (i+1)*groCmsgSize]); g > 0 && g < total {
+				seg = g
+				if r.off == 0 {
+					r.s.Stats.RxGROSplit.Inc()
+				}
+			}
+		}
+		addr := getSockaddr(&r.names[i])
+		for r.off < total && n < len(msgs) {
+			l := min(seg, total-r.off)
+			m := &msgs[n]
+			if l > cap(m.Buf) || h.Hdr.Flags&unix.MSG_TRUNC != 0 {
+				r.s.Stats.RxTruncated.Inc()
+			} else {
+				m.N = copy(m.Buf[:cap(m.Buf)], r.bufs[i][r.off:r.off+l])
+				m.Addr = addr
+				n++
+			}
+			r.off += l
+		}
+		if r.off >= total {
+			r.next++
+			r.off = 0
+		}
+	}
+	r.s.Stats.RxDatagrams.Add(uint64(n))
+	return n
+}

@@ -308,3 +308,74 @@ func TestAllocs(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrent has several goroutines write through one socket while
+// another goroutine reads from it, so that -race checks the locking.
+func TestConcurrent(t *testing.T) {
+	s := listen(t, "127.0.0.1:0", nil)
+	rx := listen(t, "127.0.0.1:0", nil)
+	const writers, per = 4, 200
+	done := make(chan int)
+	go func() {
+		msgs := make([]udp.Message, 8)
+		for i := range msgs {
+			msgs[i].Buf = make([]byte, 2000)
+		}
+		got := 0
+		for got < writers*per {
+			n, err := rx.ReadBatch(msgs)
+			if err != nil {
+				break
+			}
+			got += n
+		}
+		done <- got
+	}()
+	// s also echoes into itself from a reader goroutine.
+	go func() {
+		msgs := make([]udp.Message, 4)
+		for i := range msgs {
+			msgs[i].Buf = make([]byte, 2000)
+		}
+		for {
+			if _, err := s.ReadBatch(msgs); err != nil {
+				return
+			}
+		}
+	}()
+	errc := make(chan error, writers)
+	for w := range writers {
+		go func() {
+			msgs := make([]udp.Message, 10)
+			for i := range msgs {
+				msgs[i] = udp.Message{Buf: payload(w, 1500), N: 1500, Addr: rx.LocalAddr()}
+			}
+			msgs[9].Addr = s.LocalAddr()
+			for range per / 9 {
+				if _, err := s.WriteBatch(msgs); err != nil {
+					errc <- err
+					return
+				}
+			}
+			// Top up to exactly per datagrams for rx.
+			if _, err := s.WriteBatch(msgs[:per%9]); err != nil {
+				errc <- err
+				return
+			}
+			errc <- nil
+		}()
+	}
+	for range writers {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case got := <-done:
+		if got != writers*per {
+			t.Fatalf("got %d of %d", got, writers*per)
+		}
+	case <-time.After(30 * time.Second): // hang guard
+		t.Fatal("reader stuck")
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"softib/internal/netns"
+	"softib/internal/testenv"
 	"softib/udp"
 )
 
@@ -183,6 +184,7 @@ func TestNetemDelay(t *testing.T) {
 
 func TestCommand(t *testing.T) {
 	p := netns.NewPair(t, netns.PairConfig{MTU: 4000})
+	testenv.RequireTool(t, "ping")
 	out, err := p.B.Command("ip", "-o", "addr", "show", "dev", p.B.Dev).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)
@@ -235,6 +237,7 @@ func TestRelay(t *testing.T) {
 	}
 
 	// A delayed link: a round trip takes at least the delay.
+	testenv.RequireTool(t, "ping")
 	const delay = 30 * time.Millisecond
 	if err := p.SetNetem(netns.A, netns.Netem{Delay: delay}); err != nil {
 		t.Fatal(err)

@@ -212,6 +212,7 @@ func (w *writer) build(msgs []Message, gso bool) (nh, nm int, err error) {
 		h := &w.hdrs[nh].Hdr
 		l := putSockaddr(&w.names[nh], m.Addr, s.is6)
 		if l == 0 {
+			iov.Base = nil // not sent: do not keep the buffer alive
 			return nh, nm, ErrAddrFamily
 		}
 		h.Name = (*byte)(unsafe.Pointer(&w.names[nh]))

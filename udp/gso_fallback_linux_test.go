@@ -38,6 +38,9 @@ func TestGSOFallback(t *testing.T) {
 		if gso, _ := tx.Offloads(); gso {
 			t.Fatal("GSO still on")
 		}
+		if d := tx.Stats.TxDatagrams.Load(); d != 20 {
+			t.Fatalf("TxDatagrams = %d, want 20", d)
+		}
 		if r := tx.Stats.TxGSORetry.Load(); r != 1 {
 			t.Fatalf("TxGSORetry = %d, want 1 (sticky)", r)
 		}

@@ -103,13 +103,15 @@ func (w *writer) writeChunk(msgs []Message, gso bool) (int, error) {
 		}
 		if w.errno == 0 {
 			s.Stats.TxSyscalls.Inc()
+			d := 0
 			for _, k := range w.segs[w.off : w.off+w.n] {
-				sent += k
+				d += k
 				if k > 1 {
 					s.Stats.TxGSOBatches.Inc()
 				}
 			}
-			s.Stats.TxDatagrams.Add(uint64(sent))
+			sent += d
+			s.Stats.TxDatagrams.Add(uint64(d))
 			w.off += w.n
 			continue
 		}
@@ -118,11 +120,12 @@ func (w *writer) writeChunk(msgs []Message, gso bool) (int, error) {
 		k := w.segs[w.off]
 		if k > 1 {
 			s.Stats.TxGSORetry.Inc()
-			if err := w.retryNoGSO(msgs[sent:sent+k], errno); err != nil {
+			d, err := w.retryNoGSO(msgs[sent:sent+k], errno)
+			sent += d
+			s.Stats.TxDatagrams.Add(uint64(d))
+			if err != nil {
 				return sent, err
 			}
-			sent += k
-			s.Stats.TxDatagrams.Add(uint64(k))
 			w.off++
 			continue
 		}
@@ -131,9 +134,10 @@ func (w *writer) writeChunk(msgs []Message, gso bool) (int, error) {
 	return sent, buildErr
 }
 
-// retryNoGSO resends the datagrams of one failed GSO header individually.
-// Only when that succeeds is GSO blamed and switched off.
-func (w *writer) retryNoGSO(msgs []Message, cause syscall.Errno) error {
+// retryNoGSO resends the datagrams of one failed GSO header individually
+// and returns how many went out. Only when all do is GSO blamed and
+// switched off.
+func (w *writer) retryNoGSO(msgs []Message, cause syscall.Errno) (int, error) {
 	s := w.s
 	// The headers after w.off are still needed, so the vector cannot be
 	// rebuilt here: send through plain sendto (rare path, may allocate).
@@ -154,19 +158,30 @@ func (w *writer) retryNoGSO(msgs []Message, cause syscall.Errno) error {
 			}
 		})
 		if err != nil {
-			return s.wrapErr("sendto", err)
+			return i, s.wrapErr("sendto", err)
 		}
 		if errno != 0 {
 			// If even the first datagram fails alone, GSO was not the
 			// problem (e.g. EMSGSIZE for a datagram above the path
-			// MTU): report that error and leave GSO on.
-			return s.wrapErr("sendto", errno)
+			// MTU): report that error and leave GSO on. A run's
+			// datagrams share size and destination, so once the first
+			// went out alone, GSO was.
+			if i > 0 {
+				w.disableGSO(cause)
+			}
+			return i, s.wrapErr("sendto", errno)
 		}
 	}
+	w.disableGSO(cause)
+	return len(msgs), nil
+}
+
+// disableGSO switches GSO off for good and records why.
+func (w *writer) disableGSO(cause syscall.Errno) {
+	s := w.s
 	if s.gso.Swap(false) {
 		s.gsoErr.Store(&GSODisabledError{Local: s.laddr, Cause: os.NewSyscallError("sendmmsg", cause)})
 	}
-	return nil
 }
 
 // build fills the sendmmsg vector from the front of msgs and returns the

@@ -167,6 +167,9 @@ func TestOffloadsUsed(t *testing.T) {
 			t.Fatalf("datagram %d differs", i)
 		}
 	}
+	if tx.Stats.TxDatagrams.Load() != 32 || rx.Stats.RxDatagrams.Load() != 32 {
+		t.Errorf("TxDatagrams %v RxDatagrams %v, want 32", &tx.Stats.TxDatagrams, &rx.Stats.RxDatagrams)
+	}
 	if tx.Stats.TxGSOBatches.Load() == 0 {
 		t.Errorf("no GSO batch sent")
 	}

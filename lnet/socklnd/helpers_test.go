@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,13 +24,23 @@ import (
 const hangGuard = 30 * time.Second
 
 // testPort is the acceptor port of test nodes: the real 988 as root,
-// else an unprivileged stand-in.
-func testPort() int {
+// else an unprivileged stand-in; if another process holds it on the
+// wildcard address, a free port instead.
+var testPort = sync.OnceValue(func() int {
+	want := 10988
 	if os.Geteuid() == 0 {
-		return DefaultAcceptPort
+		want = DefaultAcceptPort
 	}
-	return 10988
-}
+	for _, p := range []int{want, 0} {
+		ln, err := net.Listen("tcp4", "127.0.0.1:"+strconv.Itoa(p))
+		if err == nil {
+			port := ln.Addr().(*net.TCPAddr).Port
+			ln.Close()
+			return port
+		}
+	}
+	return want
+})
 
 var ipSeq atomic.Uint32
 

@@ -15,7 +15,7 @@
 // of the comma-separated words; INTEROP_ARTIFACTS names the directory that
 // keeps pcaps and logs of failed cases; INTEROP_KEEP_PCAPS=1 keeps every
 // case's pcap; INTEROP_STRICT=1 counts skips as failures; INTEROP_BUDGET
-// (default 20m) bounds the run: cases not started by then fail unrun;
+// (default 17m) bounds the run: cases not started by then fail unrun;
 // INTEROP_KEEP_WORK=1 keeps the work directory (all outputs, the job share).
 package main
 
@@ -66,9 +66,9 @@ func parseOptions() options {
 	flag.BoolVar(&o.list, "list", false, "list the cases and exit")
 	flag.BoolVar(&o.hold, "hold", false, "boot the VM, print how to reach it, and wait for SIGINT (debugging)")
 	flag.IntVar(&o.cpus, "cpus", 2, "guest vCPUs")
-	budget, err := time.ParseDuration(envOr("INTEROP_BUDGET", "20m"))
+	budget, err := time.ParseDuration(envOr("INTEROP_BUDGET", "17m"))
 	if err != nil {
-		budget = 20 * time.Minute
+		budget = 17 * time.Minute
 	}
 	flag.DurationVar(&o.budget, "budget", budget, "time after boot start past which remaining cases fail unrun (INTEROP_BUDGET)")
 	flag.Parse()

@@ -45,6 +45,9 @@ echo "== interop: guest image"
 ti=$(date +%s)
 image=$(bash interop/image.sh)
 echo "== interop: image $image ready in $(($(date +%s) - ti)) s"
+# Go tests that boot the guest themselves (e.g. rdmacm's kernel interop
+# tests) find the image through these.
+export INTEROP_IMAGE=$image SOFTIB_INTEROP_IMAGE=$image
 
 echo "== interop: building the suite"
 go build -o /tmp/softib-interop-suite ./interop/suite

@@ -124,7 +124,9 @@ func (id *ID) cmHandler(c *cm.ID, ev *cm.Event) error {
 		if id.state != StateConnect {
 			return nil
 		}
-		id.state = StateDisconnect
+		if id.setState(StateDisconnect) != nil {
+			return nil
+		}
 		st := 0
 		if ev.Type == cm.EventDREQError {
 			st = -ETIMEDOUT

@@ -232,14 +232,16 @@ func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error 
 			}
 			id.port = port
 		}
-		id.state = back
+		if err := id.setState(back); err != nil {
+			return err
+		}
 		id.emit(&Event{Type: EventAddrError, Status: -EADDRNOTAVAIL, Err: ErrNoDevice})
 		return nil
 	}
 	if id.port == 0 {
 		port, err := id.m.bind(id, d.addr, src.Port())
 		if err != nil {
-			id.state = from
+			_ = id.setState(from) // back out: ADDR_QUERY → IDLE/ADDR_BOUND/ADDR_RESOLVED
 			return err
 		}
 		id.port = port
@@ -264,7 +266,9 @@ func (id *ID) ResolveRoute(timeout time.Duration) error {
 		return err
 	}
 	if id.dev.removed {
-		id.state = StateAddrResolved
+		if err := id.setState(StateAddrResolved); err != nil {
+			return err
+		}
 		id.emit(&Event{Type: EventRouteError, Status: -ENODEV, Err: ErrNoDevice})
 		return nil
 	}
@@ -392,7 +396,9 @@ func (id *ID) Listen(backlog int) error {
 		}
 		id.port = port
 		id.local = netip.AddrPortFrom(netip.IPv4Unspecified(), port)
-		id.state = StateAddrBound
+		if err := id.setState(StateAddrBound); err != nil {
+			return err
+		}
 	}
 	if err := id.setState(StateListen); err != nil {
 		return err
@@ -414,7 +420,7 @@ func (id *ID) Listen(backlog int) error {
 				l.Destroy()
 			}
 			id.listens = nil
-			id.state = StateAddrBound
+			_ = id.setState(StateAddrBound)
 			return err
 		}
 	}
@@ -668,7 +674,7 @@ func (id *ID) Destroy() error {
 		id.mu.Unlock()
 		return nil
 	}
-	id.state = StateDestroying
+	_ = id.setState(StateDestroying) // the table lets every other state go there
 	for _, l := range id.listens {
 		l.Destroy()
 	}

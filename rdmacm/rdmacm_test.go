@@ -497,3 +497,16 @@ func TestPortSpaceIB(t *testing.T) {
 		t.Errorf("RTS attrs %+v %v", a, err)
 	}
 }
+
+// TestStateTableShape checks that every state can be destroyed and that
+// DESTROYING is final.
+func TestStateTableShape(t *testing.T) {
+	for s := rdmacm.StateIdle; s < rdmacm.StateDestroying; s++ {
+		if !rdmacm.CanTransition(s, rdmacm.StateDestroying) {
+			t.Errorf("%v cannot be destroyed", s)
+		}
+		if rdmacm.CanTransition(rdmacm.StateDestroying, s) {
+			t.Errorf("DESTROYING → %v", s)
+		}
+	}
+}

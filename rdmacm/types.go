@@ -107,13 +107,13 @@ func (s State) String() string {
 var transitions = [numStates][]State{
 	StateIdle:          {StateAddrBound, StateAddrQuery, StateDestroying},
 	StateAddrBound:     {StateAddrQuery, StateListen, StateDestroying, StateDeviceRemoval},
-	StateAddrQuery:     {StateAddrResolved, StateAddrBound, StateDestroying, StateDeviceRemoval},
+	StateAddrQuery:     {StateAddrResolved, StateAddrBound, StateIdle, StateDestroying, StateDeviceRemoval},
 	StateAddrResolved:  {StateRouteQuery, StateAddrQuery, StateDestroying, StateDeviceRemoval},
 	StateRouteQuery:    {StateRouteResolved, StateAddrResolved, StateDestroying, StateDeviceRemoval},
 	StateRouteResolved: {StateConnect, StateDestroying, StateDeviceRemoval},
 	StateConnect:       {StateDisconnect, StateDestroying, StateDeviceRemoval},
 	StateDisconnect:    {StateDestroying, StateDeviceRemoval},
-	StateListen:        {StateDestroying, StateDeviceRemoval},
+	StateListen:        {StateAddrBound, StateDestroying, StateDeviceRemoval}, // ADDR_BOUND: listen failed
 	StateDeviceRemoval: {StateDestroying},
 	StateDestroying:    {},
 }

@@ -1,0 +1,538 @@
+package rxe
+
+import (
+	"os"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"softib/internal/seqnum"
+	"softib/internal/stats"
+	"softib/udp"
+	"softib/verbs"
+	"softib/wire/roce"
+)
+
+// Stats are a device's counters, named after rxe's (rxe_hw_counters.c) and
+// one per drop reason of the receive checks (roce-wire.md §9).
+type Stats struct {
+	SentPkts         stats.Counter // packets handed to the socket
+	RcvdPkts         stats.Counter // packets that passed the receive checks
+	DupReq           stats.Counter // duplicate requests (re-ACKed or replayed)
+	OutOfSeqReq      stats.Counter // requests ahead of the expected PSN
+	RcvRNR           stats.Counter // RNR NAKs received
+	SndRNR           stats.Counter // RNR NAKs sent
+	RcvSeqErr        stats.Counter // PSN sequence error NAKs received
+	CompRetry        stats.Counter // retransmissions (timeouts and NAKs)
+	RetryExceeded    stats.Counter // transport retry counter exhausted
+	RNRRetryExceeded stats.Counter // RNR retry counter exhausted
+	SendErr          stats.Counter // datagrams the socket failed to send
+	LinkDowned       stats.Counter // socket failures that stopped the receiver
+	CQOverrun        stats.Counter // completions lost to a full CQ
+	EventsDropped    stats.Counter // async events dropped (queue full)
+
+	ICRCErr        stats.Counter // bad ICRC, dropped
+	ICRCUnverified stats.Counter // IPv4 packets whose ICRC could not be checked
+	HdrTooShort    stats.Counter // shorter than BTH + ext headers + ICRC
+	BadTVer        stats.Counter // TVer != 0
+	BadOpcode      stats.Counter // opcode not in the table (or RD/CNP)
+	BadPad         stats.Counter // pad larger than the payload area
+	NoQP           stats.Counter // DestQP unknown or 0
+	BadQPType      stats.Counter // opcode transport does not match QP type
+	BadQPState     stats.Counter // QP not in a state that receives
+	BadPKey        stats.Counter // P_Key mismatch
+	BadQKey        stats.Counter // UD Q_Key mismatch
+	BadSrcAddr     stats.Counter // RC/UC packet not from the QP's peer
+	BadDstAddr     stats.Counter // not addressed to the device's GID
+	RxQueueFull    stats.Counter // QP inbound ring full
+	RcvNoRecvWQE   stats.Counter // UD/UC message dropped: no receive posted
+	BadResp        stats.Counter // unexpected or malformed responses, dropped
+	UCDropped      stats.Counter // UC packets dropped until the next message
+	RemAccessNAK   stats.Counter // remote access error NAKs sent
+	InvReqNAK      stats.Counter // invalid request NAKs sent
+	RemOpNAK       stats.Counter // remote operational error NAKs sent
+}
+
+// Device is an open Soft-RoCE device.
+type Device struct {
+	cfg   Config
+	conn  udp.Conn
+	laddr netip.AddrPort // local UDP address (IP = device address)
+	addr  netip.Addr     // device IP (unmapped)
+	guid  uint64
+	gids  [2]verbs.GID
+	mtu   verbs.MTU
+	keys  keyTable
+	pool  sync.Pool // *packet
+	epoch time.Time
+
+	qpTable atomic.Pointer[map[uint32]*QP]
+	gsi     atomic.Pointer[QP]
+
+	mu      sync.Mutex // guards the fields below and qpTable writes
+	nextQPN uint32
+	cqs     map[*CQ]struct{}
+	qps     map[*QP]struct{}
+
+	pds    atomic.Int32
+	events chan verbs.AsyncEvent
+	evMu   sync.Mutex
+	closed atomic.Bool
+	rxDone chan struct{}
+	qpWG   sync.WaitGroup
+
+	stats Stats
+}
+
+var _ verbs.Device = (*Device)(nil)
+
+// Open opens a Soft-RoCE device.
+func Open(cfg Config) (verbs.Device, error) {
+	c := cfg.withDefaults()
+	conn := c.Conn
+	if conn == nil {
+		if !c.Addr.IsValid() {
+			return nil, fmt.Errorf("rxe: open: Addr is required: %w", verbs.ErrInvalidArgument)
+		}
+		var uc udp.Config
+		if c.UDP != nil {
+			uc = *c.UDP
+		}
+		uc.BusyPoll = uc.BusyPoll || c.BusyPoll
+		// udp's GRO path reads the UDP_GRO cmsg without checking the
+		// returned msg_controllen, so a stale segment size from an earlier
+		// super-datagram can split a later plain datagram. Receive
+		// without GRO (straight into our buffers) until that is fixed.
+		uc.DisableGRO = true
+		s, err := udp.Listen(netip.AddrPortFrom(c.Addr.Unmap(), c.Port), &uc)
+		if err != nil {
+			return nil, fmt.Errorf("rxe: open %s: %w", c.Name, err)
+		}
+		conn = s
+	}
+	la := conn.LocalAddr()
+	addr := c.Addr.Unmap()
+	if !addr.IsValid() {
+		addr = la.Addr().Unmap()
+	}
+	if !addr.IsValid() || addr.IsUnspecified() {
+		conn.Close()
+		return nil, fmt.Errorf("rxe: open: no usable local address: %w", verbs.ErrInvalidArgument)
+	}
+	if c.NetMTU < 256+hdrOverhead {
+		conn.Close()
+		return nil, fmt.Errorf("rxe: open: NetMTU %d too small: %w", c.NetMTU, verbs.ErrInvalidArgument)
+	}
+	d := &Device{
+		cfg:     c,
+		conn:    conn,
+		laddr:   netip.AddrPortFrom(addr, la.Port()),
+		addr:    addr,
+		mtu:     min(verbs.MTUFromBytes(c.NetMTU-hdrOverhead), verbs.MTU4096),
+		epoch:   time.Now(),
+		nextQPN: firstUserQPN,
+		cqs:     map[*CQ]struct{}{},
+		qps:     map[*QP]struct{}{},
+		events:  make(chan verbs.AsyncEvent, eventQueueLen),
+		rxDone:  make(chan struct{}),
+	}
+	d.pool.New = func() any { return new(packet) }
+	d.guid = nodeGUID(addr, la.Port())
+	d.gids[0] = verbs.LinkLocalGID(d.guid)
+	d.gids[1] = verbs.GIDFromAddr(addr)
+	empty := map[uint32]*QP{}
+	d.qpTable.Store(&empty)
+	d.raise(verbs.AsyncEvent{Type: verbs.EventPortActive, Port: 1})
+	go d.rxLoop()
+	return d, nil
+}
+
+// nodeGUID derives an EUI-64 node GUID from the device address, the way
+// rxe derives it from the netdev MAC: a locally administered pseudo-MAC
+// 02:pp:a:b:c:d (pp folds a non-default port in; a:b:c:d is the IPv4
+// address or a hash of the IPv6 one) expanded with FF:FE in the middle and
+// the U/L bit flipped.
+func nodeGUID(a netip.Addr, port uint16) uint64 {
+	var low [4]byte
+	if a.Is4() {
+		low = a.As4()
+	} else {
+		h := fnv.New32a()
+		b := a.As16()
+		h.Write(b[:])
+		binary.BigEndian.PutUint32(low[:], h.Sum32())
+	}
+	pp := byte(port ^ RoCEv2Port)
+	mac := [6]byte{0x02, pp, low[0], low[1], low[2], low[3]}
+	g := [8]byte{mac[0] ^ 0x02, mac[1], mac[2], 0xFF, 0xFE, mac[3], mac[4], mac[5]}
+	return binary.BigEndian.Uint64(g[:])
+}
+
+// Name returns the device name.
+func (d *Device) Name() string { return d.cfg.Name }
+
+// Addr returns the device's UDP address.
+func (d *Device) Addr() netip.AddrPort { return d.laddr }
+
+// Stats returns a snapshot of the device counters by name.
+func (d *Device) Stats() map[string]uint64 { return stats.Snapshot(&d.stats) }
+
+// Query returns the device attributes (rxe's values, roce-wire.md §10).
+func (d *Device) Query() verbs.DeviceAttr {
+	return verbs.DeviceAttr{
+		FWVer:           "softib",
+		NodeGUID:        d.guid,
+		SysImageGUID:    d.guid,
+		MaxMRSize:       ^uint64(0),
+		PageSizeCap:     0xFFFFF000,
+		VendorID:        vendorID,
+		MaxQP:           MaxQP,
+		MaxQPWR:         MaxQPWR,
+		DeviceCapFlags:  deviceCapFlags,
+		MaxSGE:          MaxSGE,
+		MaxSGERd:        MaxSGE,
+		MaxCQ:           MaxCQ,
+		MaxCQE:          MaxCQE,
+		MaxMR:           MaxMR,
+		MaxPD:           MaxPD,
+		MaxQPRdAtom:     MaxRdAtom,
+		MaxResRdAtom:    MaxRdAtom * 1024,
+		MaxQPInitRdAtom: MaxRdAtom,
+		AtomicCap:       verbs.AtomicHCA,
+		MaxAH:           MaxAH,
+		MaxSRQ:          MaxQP,
+		MaxSRQWR:        MaxSRQWR,
+		MaxSRQSGE:       MaxSRQSGE,
+		MaxPKeys:        PKeyTableLen,
+		LocalCAAckDelay: LocalAckDelay,
+		PhysPortCnt:     1,
+		MaxInlineData:   MaxInline,
+		MaxMsgSize:      MaxMsgSize,
+	}
+}
+
+// deviceCapFlags are ibv_device_cap_flags rxe sets: BAD_PKEY_CNTR,
+// BAD_QKEY_CNTR, SYS_IMAGE_GUID, RC_RNR_NAK_GEN, SRQ_RESIZE,
+// MEM_MGT_EXTENSIONS.
+const deviceCapFlags = 1<<1 | 1<<2 | 1<<11 | 1<<12 | 1<<13 | 1<<21
+
+func (d *Device) checkPort(port uint8) error {
+	if port != 1 {
+		return fmt.Errorf("rxe: port %d: %w", port, verbs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// QueryPort returns port 1's attributes.
+func (d *Device) QueryPort(port uint8) (verbs.PortAttr, error) {
+	if err := d.checkPort(port); err != nil {
+		return verbs.PortAttr{}, err
+	}
+	return verbs.PortAttr{
+		State:        verbs.PortActive,
+		MaxMTU:       verbs.MTU4096,
+		ActiveMTU:    d.mtu,
+		GIDTblLen:    GIDTableLen,
+		PortCapFlags: portCapCMSup,
+		MaxMsgSize:   MaxMsgSize,
+		PKeyTblLen:   PKeyTableLen,
+		MaxVLNum:     1,
+		ActiveWidth:  1,
+		ActiveSpeed:  1,
+		PhysState:    5, // LinkUp
+		LinkLayer:    verbs.LinkLayerEthernet,
+	}, nil
+}
+
+// QueryGID returns a GID table entry; unpopulated indices give zero.
+func (d *Device) QueryGID(port uint8, index int) (verbs.GID, error) {
+	if err := d.checkPort(port); err != nil {
+		return verbs.GID{}, err
+	}
+	if index < 0 || index >= GIDTableLen {
+		return verbs.GID{}, fmt.Errorf("rxe: GID index %d: %w", index, verbs.ErrInvalidArgument)
+	}
+	if index < len(d.gids) {
+		return d.gids[index], nil
+	}
+	return verbs.GID{}, nil
+}
+
+// GIDTable lists the populated GIDs: 0 the fe80:: link-local GID, 1 the
+// device address (IPv4-mapped for IPv4).
+func (d *Device) GIDTable(port uint8) ([]verbs.GIDEntry, error) {
+	if err := d.checkPort(port); err != nil {
+		return nil, err
+	}
+	return []verbs.GIDEntry{
+		{Index: 0, GID: d.gids[0], Type: verbs.GIDTypeRoCEv2},
+		{Index: 1, GID: d.gids[1], Type: verbs.GIDTypeRoCEv2},
+	}, nil
+}
+
+// QueryPKey returns a P_Key table entry: 0xFFFF at index 0, 0 elsewhere.
+func (d *Device) QueryPKey(port uint8, index int) (uint16, error) {
+	if err := d.checkPort(port); err != nil {
+		return 0, err
+	}
+	if index < 0 || index >= PKeyTableLen {
+		return 0, fmt.Errorf("rxe: P_Key index %d: %w", index, verbs.ErrInvalidArgument)
+	}
+	if index == 0 {
+		return DefaultPKey, nil
+	}
+	return 0, nil
+}
+
+// AllocPD allocates a protection domain.
+func (d *Device) AllocPD() (verbs.PD, error) {
+	if d.closed.Load() {
+		return nil, verbs.ErrClosed
+	}
+	if d.pds.Add(1) > MaxPD {
+		d.pds.Add(-1)
+		return nil, fmt.Errorf("rxe: alloc PD: %w", verbs.ErrResourceLimit)
+	}
+	return &PD{dev: d}, nil
+}
+
+// Events delivers asynchronous events.
+func (d *Device) Events() <-chan verbs.AsyncEvent { return d.events }
+
+// raise queues an async event, dropping the oldest when the queue is full.
+func (d *Device) raise(ev verbs.AsyncEvent) {
+	ev.Time = time.Now()
+	d.evMu.Lock()
+	defer d.evMu.Unlock()
+	for {
+		select {
+		case d.events <- ev:
+			return
+		default:
+		}
+		select {
+		case <-d.events:
+			d.stats.EventsDropped.Inc()
+		default:
+		}
+	}
+}
+
+// Close destroys every QP (flushing them), closes the socket and waits
+// for the device's goroutines.
+func (d *Device) Close() error {
+	if d.closed.Swap(true) {
+		return verbs.ErrClosed
+	}
+	d.mu.Lock()
+	qps := make([]*QP, 0, len(d.qps))
+	for q := range d.qps {
+		qps = append(qps, q)
+	}
+	d.mu.Unlock()
+	for _, q := range qps {
+		q.destroy()
+	}
+	err := d.conn.Close()
+	<-d.rxDone
+	d.qpWG.Wait()
+	return err
+}
+
+// now returns the device clock: nanoseconds since Open (monotonic).
+func (d *Device) now() int64 { return int64(time.Since(d.epoch)) }
+
+// lookupQP returns the QP with number qpn, or nil.
+func (d *Device) lookupQP(qpn uint32) *QP {
+	if qpn == 1 {
+		return d.gsi.Load()
+	}
+	return (*d.qpTable.Load())[qpn]
+}
+
+// rxLoop reads datagram batches and demultiplexes them to QPs.
+func (d *Device) rxLoop() {
+	defer close(d.rxDone)
+	bs := max(d.conn.BatchSize(), 1)
+	msgs := make([]udp.Message, bs)
+	pkts := make([]*packet, bs)
+	for i := range msgs {
+		pkts[i] = d.getPacket()
+		msgs[i].Buf = pkts[i].buf[:]
+	}
+	touched := make([]*QP, 0, bs)
+	for {
+		n, err := d.conn.ReadBatch(msgs)
+		if err != nil {
+			if !d.closed.Load() {
+				d.stats.LinkDowned.Inc()
+				d.raise(verbs.AsyncEvent{Type: verbs.EventPortErr, Port: 1})
+			}
+			for _, p := range pkts {
+				d.putPacket(p)
+			}
+			return
+		}
+		inline := n <= d.cfg.InlineRx
+		touched = touched[:0]
+		for i := 0; i < n; i++ {
+			p := pkts[i]
+			p.n, p.addr = msgs[i].N, msgs[i].Addr
+			q := d.recv(p)
+			if q == nil {
+				continue
+			}
+			// The QP owns the buffer now; replace it.
+			pkts[i] = d.getPacket()
+			msgs[i].Buf = pkts[i].buf[:]
+			if len(touched) == 0 || touched[len(touched)-1] != q {
+				touched = append(touched, q)
+			}
+		}
+		for i, q := range touched {
+			if inline {
+				q.runInline()
+			} else {
+				q.kick()
+			}
+			touched[i] = nil
+		}
+	}
+}
+
+// recv runs the receive checks on p and queues it on its QP, which it
+// returns; it returns nil (and recycles nothing) when p was dropped.
+func (d *Device) recv(p *packet) *QP {
+	if err := p.parse(); err != nil {
+		if debugRx {
+			fmt.Fprintf(os.Stderr, "rxe debug: drop %v n=%d from %v: % x\n", err, p.n, p.addr, p.buf[:min(p.n, 48)])
+		}
+		d.countParseErr(err)
+		return nil
+	}
+	bth := roce.BTH(p.buf[:])
+	qpn := bth.DestQP()
+	q := d.lookupQP(qpn)
+	if q == nil {
+		d.stats.NoQP.Inc()
+		return nil
+	}
+	if !q.acceptsTransport(p.op) {
+		d.stats.BadQPType.Inc()
+		return nil
+	}
+	if !d.checkICRC(p) {
+		return nil
+	}
+	if !pkeyMatch(bth.PKey(), DefaultPKey) && qpn != 1 {
+		d.stats.BadPKey.Inc()
+		return nil
+	}
+	if !q.enqueue(p) {
+		d.stats.RxQueueFull.Inc()
+		return nil
+	}
+	return q
+}
+
+// pkeyMatch applies the IBA P_Key match rule: equal base keys, and at
+// least one full member.
+func pkeyMatch(a, b uint16) bool {
+	return a&0x7FFF == b&0x7FFF && (a|b)&0x8000 != 0
+}
+
+func (d *Device) checkICRC(p *packet) bool {
+	if p.addr.Addr().Unmap().Is4() && !d.cfg.VerifyICRCv4 {
+		d.stats.ICRCUnverified.Inc()
+		return true
+	}
+	end := p.n - roce.ICRCSize
+	want := binary.LittleEndian.Uint32(p.buf[end:])
+	if icrc(p.addr, d.laddr, p.buf[:end]) != want {
+		d.stats.ICRCErr.Inc()
+		return false
+	}
+	return true
+}
+
+var (
+	errShort  = errors.New("short")
+	errTVer   = errors.New("tver")
+	errOpcode = errors.New("opcode")
+	errPad    = errors.New("pad")
+)
+
+func (d *Device) countParseErr(err error) {
+	switch err {
+	case errShort:
+		d.stats.HdrTooShort.Inc()
+	case errTVer:
+		d.stats.BadTVer.Inc()
+	case errOpcode:
+		d.stats.BadOpcode.Inc()
+	case errPad:
+		d.stats.BadPad.Inc()
+	}
+}
+
+// packet is a pooled datagram buffer with the parse results of a received
+// packet.
+type packet struct {
+	buf  [pktBufSize]byte
+	n    int
+	addr netip.AddrPort // source (received) or destination (sent)
+
+	op  roce.Opcode
+	hdr int // BTH + extension headers
+	pay int // payload length
+	psn seqnum.PSN
+}
+
+func (d *Device) getPacket() *packet { return d.pool.Get().(*packet) }
+
+func (d *Device) putPacket(p *packet) { d.pool.Put(p) }
+
+// parse validates the header stack against the opcode table (so that no
+// accessor reads past the datagram) and fills the parse fields.
+func (p *packet) parse() error {
+	if p.n < roce.BTHSize+roce.ICRCSize || p.n > len(p.buf) {
+		return errShort
+	}
+	bth := roce.BTH(p.buf[:roce.BTHSize])
+	if bth.TVer() != 0 {
+		return errTVer
+	}
+	op := bth.Opcode()
+	t := op.Transport()
+	if !op.Valid() || (t != roce.TransportRC && t != roce.TransportUC && t != roce.TransportUD) {
+		return errOpcode
+	}
+	hl := op.HeaderLen()
+	pay := p.n - hl - roce.ICRCSize
+	if pay < 0 {
+		return errShort
+	}
+	pad := bth.PadCnt()
+	if pad > pay {
+		return errPad
+	}
+	p.op, p.hdr, p.pay, p.psn = op, hl, pay-pad, bth.PSN()
+	return nil
+}
+
+func (p *packet) bth() roce.BTH { return roce.BTH(p.buf[:roce.BTHSize]) }
+
+// ext returns extension header k (which the opcode must carry).
+func (p *packet) ext(k roce.HeaderKind) []byte {
+	off := p.op.Info().Offset(k)
+	return p.buf[off:p.hdr]
+}
+
+func (p *packet) payload() []byte { return p.buf[p.hdr : p.hdr+p.pay] }
+
+var debugRx = os.Getenv("RXE_DEBUG") != ""

@@ -1,0 +1,16 @@
+package rxe
+
+import "softib/verbs"
+
+// CQDeviceStats returns the counters of the device a CQ belongs to.
+func CQDeviceStats(cq verbs.CQ) map[string]uint64 { return cq.(*CQ).dev.Stats() }
+
+// QPDebug describes a QP's engine state.
+func QPDebug(qp verbs.QP) map[string]any {
+	q := qp.(*QP)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return map[string]any{"state": q.state, "req.psn": q.req.psn, "comp.psn": q.comp.psn, "resp.psn": q.resp.psn,
+		"sq.len": q.sq.len(), "pos": q.req.pos - q.sq.head, "timeoutAt": q.comp.timeoutAt, "now": q.dev.now(),
+		"retrying": q.comp.retrying, "rnrUntil": q.req.rnrUntil, "retryCnt": q.comp.retryCnt, "timerAt": q.timerAt}
+}

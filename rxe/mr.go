@@ -1,0 +1,242 @@
+package rxe
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"softib/verbs"
+)
+
+// PD is a protection domain.
+type PD struct {
+	dev   *Device
+	users atomic.Int32 // MRs, QPs, SRQs and AHs using the PD
+	dead  atomic.Bool
+}
+
+var _ verbs.PD = (*PD)(nil)
+
+// Device returns the device the PD belongs to.
+func (pd *PD) Device() verbs.Device { return pd.dev }
+
+// Dealloc frees the PD; ErrBusy while objects still use it.
+func (pd *PD) Dealloc() error {
+	if pd.users.Load() != 0 {
+		return fmt.Errorf("rxe: dealloc PD: %w", verbs.ErrBusy)
+	}
+	if pd.dead.Swap(true) {
+		return verbs.ErrClosed
+	}
+	pd.dev.pds.Add(-1)
+	return nil
+}
+
+func (pd *PD) check() error {
+	if pd.dead.Load() || pd.dev.closed.Load() {
+		return verbs.ErrClosed
+	}
+	return nil
+}
+
+// MR is a registered memory region. Its lkey and rkey are equal, as in rxe:
+// the 24-bit table index shifted left by 8 plus a random key byte.
+type MR struct {
+	pd     *PD
+	buf    []byte
+	addr   uint64
+	key    uint32
+	access verbs.AccessFlags
+	// valid is cleared by Dereg and by remote or local invalidation; a
+	// cleared MR's key never matches again.
+	valid   atomic.Bool
+	dereged atomic.Bool
+}
+
+var _ verbs.MR = (*MR)(nil)
+
+// keyTable maps MR indices to MRs. Indices are handed out round robin over
+// the 24-bit space, so a stale key cannot name a new MR until 2^24 more
+// registrations have happened (and then only with the same random key
+// byte): keys of deregistered MRs that may still be in flight stay invalid.
+type keyTable struct {
+	mu   sync.RWMutex
+	m    map[uint32]*MR
+	next uint32
+}
+
+const keyIndexMask = 0xFFFFFF
+
+func (t *keyTable) add(mr *MR) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = make(map[uint32]*MR)
+	}
+	if len(t.m) >= MaxMR {
+		return fmt.Errorf("rxe: reg MR: %w", verbs.ErrResourceLimit)
+	}
+	for {
+		t.next = (t.next + 1) & keyIndexMask
+		if t.next == 0 {
+			continue
+		}
+		if _, used := t.m[t.next]; !used {
+			break
+		}
+	}
+	mr.key = t.next<<8 | uint32(rand.N(256))
+	t.m[t.next] = mr
+	return nil
+}
+
+func (t *keyTable) remove(mr *MR) {
+	t.mu.Lock()
+	if t.m[mr.key>>8] == mr {
+		delete(t.m, mr.key>>8)
+	}
+	t.mu.Unlock()
+}
+
+// lookup returns the valid MR whose key is exactly key, or nil.
+func (t *keyTable) lookup(key uint32) *MR {
+	t.mu.RLock()
+	mr := t.m[key>>8]
+	t.mu.RUnlock()
+	if mr == nil || mr.key != key || !mr.valid.Load() {
+		return nil
+	}
+	return mr
+}
+
+// RegMR registers buf. REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE.
+func (pd *PD) RegMR(buf []byte, access verbs.AccessFlags) (verbs.MR, error) {
+	if err := pd.check(); err != nil {
+		return nil, err
+	}
+	if access&(verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0 && access&verbs.AccessLocalWrite == 0 {
+		return nil, fmt.Errorf("rxe: reg MR: remote write/atomic without local write: %w", verbs.ErrInvalidArgument)
+	}
+	if access&^(verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic|verbs.AccessMWBind|verbs.AccessZeroBased) != 0 {
+		return nil, fmt.Errorf("rxe: reg MR: unknown access %v: %w", access, verbs.ErrInvalidArgument)
+	}
+	mr := &MR{pd: pd, buf: buf, access: access}
+	if len(buf) > 0 && access&verbs.AccessZeroBased == 0 {
+		mr.addr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
+	}
+	if err := pd.dev.keys.add(mr); err != nil {
+		return nil, err
+	}
+	mr.valid.Store(true)
+	pd.users.Add(1)
+	return mr, nil
+}
+
+// Addr is the virtual address of the first byte.
+func (mr *MR) Addr() uint64 { return mr.addr }
+
+// Len is the length in bytes.
+func (mr *MR) Len() int { return len(mr.buf) }
+
+// LKey is the local key.
+func (mr *MR) LKey() uint32 { return mr.key }
+
+// RKey is the remote key (equal to the local key).
+func (mr *MR) RKey() uint32 { return mr.key }
+
+// Access returns the access rights.
+func (mr *MR) Access() verbs.AccessFlags { return mr.access }
+
+// Buf returns the registered memory.
+func (mr *MR) Buf() []byte { return mr.buf }
+
+// SGE returns the SGE covering length bytes at offset off.
+func (mr *MR) SGE(off, length int) verbs.SGE {
+	return verbs.SGE{Addr: mr.addr + uint64(off), Length: uint32(length), LKey: mr.key}
+}
+
+// Dereg deregisters the MR; its key is never valid again.
+func (mr *MR) Dereg() error {
+	if mr.dereged.Swap(true) {
+		return verbs.ErrClosed
+	}
+	mr.valid.Store(false)
+	mr.pd.dev.keys.remove(mr)
+	mr.pd.users.Add(-1)
+	return nil
+}
+
+// span returns the bytes [va, va+n) of the MR, or nil if they are not
+// inside it.
+func (mr *MR) span(va uint64, n uint32) ([]byte, bool) {
+	off := va - mr.addr
+	if va < mr.addr || off > uint64(len(mr.buf)) || uint64(n) > uint64(len(mr.buf))-off {
+		return nil, false
+	}
+	return mr.buf[off : off+uint64(n)], true
+}
+
+// AH is an address handle.
+type AH struct {
+	pd   *PD
+	attr verbs.AHAttr
+	dst  netip.AddrPort
+	dead atomic.Bool
+}
+
+var _ verbs.AH = (*AH)(nil)
+
+// CreateAH creates an address handle. RoCE needs a GRH: the DGID is the
+// destination IP address.
+func (pd *PD) CreateAH(attr *verbs.AHAttr) (verbs.AH, error) {
+	if err := pd.check(); err != nil {
+		return nil, err
+	}
+	dst, err := pd.dev.resolveAV(attr)
+	if err != nil {
+		return nil, err
+	}
+	pd.users.Add(1)
+	return &AH{pd: pd, attr: *attr, dst: dst}, nil
+}
+
+// Attr returns the address vector.
+func (ah *AH) Attr() verbs.AHAttr { return ah.attr }
+
+// Destroy frees the AH.
+func (ah *AH) Destroy() error {
+	if ah.dead.Swap(true) {
+		return verbs.ErrClosed
+	}
+	ah.pd.users.Add(-1)
+	return nil
+}
+
+// resolveAV turns an address vector into the UDP destination.
+func (d *Device) resolveAV(a *verbs.AHAttr) (netip.AddrPort, error) {
+	if a.GRH.DGID.IsZero() {
+		return netip.AddrPort{}, fmt.Errorf("rxe: address vector without DGID (RoCE needs a GRH): %w", verbs.ErrInvalidArgument)
+	}
+	if int(a.GRH.SGIDIndex) >= len(d.gids) && a.GRH.SGIDIndex != 0 {
+		return netip.AddrPort{}, fmt.Errorf("rxe: SGID index %d not populated: %w", a.GRH.SGIDIndex, verbs.ErrInvalidArgument)
+	}
+	ip := a.GRH.DGID.Addr()
+	if ip.Is4() != d.addr.Is4() {
+		return netip.AddrPort{}, fmt.Errorf("rxe: DGID %v: address family differs from device address %v: %w", a.GRH.DGID, d.addr, verbs.ErrInvalidArgument)
+	}
+	port := a.DPort
+	if port == 0 {
+		port = RoCEv2Port
+	}
+	return netip.AddrPortFrom(ip, port), nil
+}
+
+// lookupAny returns the MR at key's index whatever its state.
+func (t *keyTable) lookupAny(key uint32) *MR {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.m[key>>8]
+}

@@ -1,0 +1,532 @@
+package rxe
+
+import (
+	"encoding/binary"
+	"sync/atomic"
+	"unsafe"
+
+	"softib/internal/seqnum"
+	"softib/verbs"
+	"softib/wire/roce"
+)
+
+// responder is the receive side of a QP (rxe_resp.c).
+type responder struct {
+	psn     seqnum.PSN // expected PSN
+	msn     seqnum.MSN
+	nakSent bool // a PSN sequence NAK went out for the current gap
+	commEst bool
+	ucDrop  bool // UC: dropping until the next FIRST/ONLY
+
+	inSend  bool // inside a multi-packet SEND
+	inWrite bool // inside a multi-packet WRITE
+
+	// The receive WQE being filled (taken from the RQ or SRQ).
+	haveRWQE bool
+	rwqe     recvWQE
+	rsegs    [][]byte
+	rlen     int // bytes received so far
+	rcap     int
+
+	// The RDMA WRITE in progress.
+	wmr    *MR
+	wva    uint64
+	wresid uint32
+	wlen   uint32
+
+	// Responder resources for READ and atomic replay
+	// (max_dest_rd_atomic entries, rounded up to a power of 2).
+	res     []readRes
+	resNext int
+}
+
+// readRes remembers an executed READ or atomic for duplicate replay.
+type readRes struct {
+	valid    bool
+	atomic   bool
+	firstPSN seqnum.PSN
+	lastPSN  seqnum.PSN
+	mr       *MR
+	va       uint64
+	length   uint32
+	orig     uint64
+}
+
+func (r *responder) reset() {
+	res, segs, rw := r.res, r.rsegs, r.rwqe
+	clear(res)
+	*r = responder{res: res[:0], rsegs: segs[:0], rwqe: rw}
+}
+
+// flushRWQE completes a receive WQE taken but not finished with
+// WR_FLUSH_ERR (part of flush).
+func (q *QP) flushRWQE() {
+	if q.resp.haveRWQE {
+		q.resp.haveRWQE = false
+		q.recvCQ.push(&verbs.WC{WRID: q.resp.rwqe.id, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPN: q.qpn}, false)
+	}
+}
+
+// takeRWQE takes the next receive WQE (RQ or SRQ) and resolves it.
+func (q *QP) takeRWQE() (ok bool, st verbs.WCStatus) {
+	r := &q.resp
+	if q.srq != nil {
+		if !q.srq.take(&r.rwqe) {
+			return false, 0
+		}
+	} else {
+		if q.rq.len() == 0 {
+			return false, 0
+		}
+		e := q.rq.at(q.rq.head)
+		r.rwqe.id = e.id
+		r.rwqe.sgl = append(r.rwqe.sgl[:0], e.sgl...)
+		q.rq.pop()
+	}
+	r.haveRWQE = true
+	r.rlen = 0
+	st = q.resolve(r.rwqe.sgl, &r.rsegs, true)
+	r.rcap = segsLen(r.rsegs)
+	return true, st
+}
+
+// completeRecv posts the receive completion of the current WQE.
+func (q *QP) completeRecv(wc *verbs.WC, solicited bool) {
+	wc.WRID = q.resp.rwqe.id
+	wc.QPN = q.qpn
+	q.resp.haveRWQE = false
+	q.recvCQ.push(wc, solicited)
+	if q.rq.len() == 0 {
+		q.drainC.Broadcast()
+	}
+}
+
+// respond handles a request packet.
+func (q *QP) respond(p *packet, now int64) {
+	switch q.typ {
+	case verbs.QPTypeUD, verbs.QPTypeGSI:
+		q.respondUD(p)
+	case verbs.QPTypeUC:
+		q.respondUC(p)
+	default:
+		q.respondRC(p, now)
+	}
+}
+
+func (q *QP) respondUD(p *packet) {
+	deth := roce.DETH(p.ext(roce.HdrDETH))
+	want := q.attr.QKey
+	if q.typ == verbs.QPTypeGSI {
+		want = GSIQKey
+	}
+	if deth.QKey() != want {
+		q.dev.stats.BadQKey.Inc()
+		return
+	}
+	ok, st := q.takeRWQE()
+	if !ok {
+		q.dev.stats.RcvNoRecvWQE.Inc()
+		return
+	}
+	wc := verbs.WC{Opcode: verbs.WCRecv, SrcQP: deth.SrcQP(), Flags: verbs.WCFlagGRH}
+	switch {
+	case st != verbs.WCSuccess:
+		wc.Status = st
+	case q.resp.rcap < 40+p.pay:
+		wc.Status = verbs.WCLocLenErr
+	default:
+		var grh [40]byte
+		grhArea(grh[:], p.addr.Addr(), q.dev.addr, p.n)
+		copyIn(q.resp.rsegs, 0, grh[:])
+		copyIn(q.resp.rsegs, 40, p.payload())
+		wc.ByteLen = uint32(40 + p.pay)
+		if p.op == roce.UDSendOnlyImm {
+			wc.ImmData = roce.ImmDt(p.ext(roce.HdrImmDt)).Value()
+			wc.Flags |= verbs.WCFlagWithImm
+		}
+	}
+	q.completeRecv(&wc, p.bth().SE())
+}
+
+// respondUC handles UC: no ACKs; on any error the rest of the message is
+// dropped until the next FIRST/ONLY packet.
+func (q *QP) respondUC(p *packet) {
+	r := &q.resp
+	if p.psn != r.psn {
+		// Lost packets: abandon the message in progress (its receive
+		// WQE is reused).
+		r.inSend, r.inWrite, r.rlen = false, false, 0
+		r.ucDrop = true
+	}
+	r.psn = p.psn.Next()
+	if r.ucDrop && !p.op.Is(roce.MaskStart) {
+		q.dev.stats.UCDropped.Inc()
+		return
+	}
+	r.ucDrop = false
+	if !q.seqOK(p) {
+		r.inSend, r.inWrite, r.rlen = false, false, 0
+		if p.op.Is(roce.MaskStart) {
+			r.ucDrop = false
+		} else {
+			r.ucDrop = true
+			q.dev.stats.UCDropped.Inc()
+			return
+		}
+	}
+	if nak, _ := q.execute(p); nak != nakNone {
+		r.inSend, r.inWrite, r.rlen = false, false, 0
+		r.ucDrop = !p.op.Is(roce.MaskEnd)
+		q.dev.stats.UCDropped.Inc()
+	}
+}
+
+// seqOK checks the opcode against the message in progress.
+func (q *QP) seqOK(p *packet) bool {
+	r := &q.resp
+	switch {
+	case r.inSend:
+		return p.op.Is(roce.MaskSend) && !p.op.Is(roce.MaskStart)
+	case r.inWrite:
+		return p.op.Is(roce.MaskWrite) && !p.op.Is(roce.MaskStart)
+	}
+	return p.op.Is(roce.MaskStart)
+}
+
+type nakKind uint8
+
+const (
+	nakNone nakKind = iota
+	nakRNR
+	nakInvReq
+	nakAccess
+	nakRemOp
+	nakDrop // silently dropped (UC/UD-style), nothing consumed
+)
+
+func (q *QP) respondRC(p *packet, now int64) {
+	r := &q.resp
+	d := p.psn.Diff(r.psn)
+	if d > 0 {
+		q.dev.stats.OutOfSeqReq.Inc()
+		if !r.nakSent {
+			r.nakSent = true
+			q.sendAck(roce.RCAck, roce.NAKSyndrome(roce.NAKPSNSeqError), r.psn, 0)
+		}
+		return
+	}
+	if d < 0 {
+		q.dev.stats.DupReq.Inc()
+		q.duplicate(p)
+		return
+	}
+	r.nakSent = false
+	if !q.seqOK(p) {
+		q.nak(p, nakInvReq)
+		return
+	}
+	acc := q.attr.AccessFlags
+	if (p.op.Is(roce.MaskWrite) && acc&verbs.AccessRemoteWrite == 0) ||
+		(p.op.Is(roce.MaskRead) && acc&verbs.AccessRemoteRead == 0) ||
+		(p.op.Is(roce.MaskAtomic) && acc&verbs.AccessRemoteAtomic == 0) ||
+		((p.op.Is(roce.MaskRead) || p.op.Is(roce.MaskAtomic)) && q.attr.MaxDestRdAtomic == 0) {
+		q.nak(p, nakInvReq)
+		return
+	}
+	nak, psnUsed := q.execute(p)
+	if nak != nakNone {
+		q.nak(p, nak)
+		return
+	}
+	r.psn = r.psn.Add(psnUsed)
+	if p.op.Is(roce.MaskRead) || p.op.Is(roce.MaskAtomic) {
+		return // the response went out from execute
+	}
+	if p.bth().AckReq() {
+		q.sendAck(roce.RCAck, q.ackSyndrome(), p.psn, 0)
+	}
+}
+
+// nak answers a request that failed: RNR NAK (QP stays), or a class C /
+// access error NAK, which also moves the QP to ERR.
+func (q *QP) nak(p *packet, k nakKind) {
+	switch k {
+	case nakRNR:
+		q.dev.stats.SndRNR.Inc()
+		q.sendAck(roce.RCAck, roce.RNRNAKSyndrome(roce.RNRTimer(q.attr.MinRNRTimer)), p.psn, 0)
+		return
+	case nakDrop:
+		return
+	case nakInvReq:
+		q.dev.stats.InvReqNAK.Inc()
+		q.sendAck(roce.RCAck, roce.NAKSyndrome(roce.NAKInvalidRequest), p.psn, 0)
+		q.fail(verbs.EventQPReqErr)
+	case nakAccess:
+		q.dev.stats.RemAccessNAK.Inc()
+		q.sendAck(roce.RCAck, roce.NAKSyndrome(roce.NAKRemoteAccessError), p.psn, 0)
+		q.fail(verbs.EventQPAccessErr)
+	case nakRemOp:
+		q.dev.stats.RemOpNAK.Inc()
+		q.sendAck(roce.RCAck, roce.NAKSyndrome(roce.NAKRemoteOpError), p.psn, 0)
+		q.fail(verbs.EventQPFatal)
+	}
+}
+
+// ackSyndrome is the syndrome of a positive ACK: credits when advertised.
+func (q *QP) ackSyndrome() roce.Syndrome {
+	if !q.dev.cfg.AdvertiseCredits || q.srq != nil {
+		return roce.SyndromeACKUnlimited
+	}
+	return roce.ACKSyndrome(roce.CreditsToCode(q.rq.len()))
+}
+
+// execute performs a request in sequence. It returns the NAK to send (if
+// any) and the number of PSNs the request consumed.
+func (q *QP) execute(p *packet) (nakKind, int) {
+	r := &q.resp
+	op := p.op
+	switch {
+	case op.Is(roce.MaskSend):
+		if !r.inSend {
+			ok, st := q.takeRWQE()
+			if !ok {
+				if q.typ == verbs.QPTypeUC {
+					q.dev.stats.RcvNoRecvWQE.Inc()
+					return nakDrop, 0
+				}
+				return nakRNR, 0
+			}
+			if st != verbs.WCSuccess {
+				q.completeRecv(&verbs.WC{Status: st, Opcode: verbs.WCRecv}, false)
+				return nakRemOp, 0
+			}
+		}
+		if r.rlen+p.pay > r.rcap {
+			q.completeRecv(&verbs.WC{Status: verbs.WCLocLenErr, Opcode: verbs.WCRecv}, false)
+			return nakRemOp, 0
+		}
+		copyIn(r.rsegs, r.rlen, p.payload())
+		r.rlen += p.pay
+		r.inSend = !op.Is(roce.MaskEnd)
+		if op.Is(roce.MaskEnd) {
+			wc := verbs.WC{Opcode: verbs.WCRecv, ByteLen: uint32(r.rlen), SrcQP: q.attr.DestQPN}
+			if op.Is(roce.MaskImmDt) {
+				wc.ImmData = roce.ImmDt(p.ext(roce.HdrImmDt)).Value()
+				wc.Flags |= verbs.WCFlagWithImm
+			}
+			if op.Is(roce.MaskIETH) {
+				key := roce.IETH(p.ext(roce.HdrIETH)).RKey()
+				mr := q.dev.keys.lookupAny(key)
+				if mr == nil || mr.key != key || mr.pd != q.pd {
+					r.haveRWQE = true
+					q.completeRecv(&verbs.WC{Status: verbs.WCRemInvReqErr, Opcode: verbs.WCRecv}, false)
+					return nakInvReq, 0
+				}
+				mr.valid.Store(false)
+				wc.InvalidatedRKey = key
+				wc.Flags |= verbs.WCFlagWithInv
+			}
+			r.msn = r.msn.Next()
+			q.completeRecv(&wc, p.bth().SE())
+		}
+		return nakNone, 1
+	case op.Is(roce.MaskWrite):
+		if op.Is(roce.MaskStart) {
+			reth := roce.RETH(p.ext(roce.HdrRETH))
+			r.wva, r.wlen, r.wresid, r.wmr = reth.VA(), reth.DMALen(), reth.DMALen(), nil
+			if r.wlen > 0 {
+				mr := q.dev.keys.lookup(reth.RKey())
+				if mr == nil || mr.pd != q.pd || mr.access&verbs.AccessRemoteWrite == 0 {
+					return nakAccess, 0
+				}
+				if _, ok := mr.span(r.wva, r.wlen); !ok {
+					return nakAccess, 0
+				}
+				r.wmr = mr
+			}
+		}
+		if uint32(p.pay) > r.wresid || (op.Is(roce.MaskEnd) && uint32(p.pay) != r.wresid) {
+			return nakInvReq, 0
+		}
+		if op.Is(roce.MaskRWR) && !r.haveRWQE {
+			ok, st := q.takeRWQE()
+			if !ok {
+				if q.typ == verbs.QPTypeUC {
+					q.dev.stats.RcvNoRecvWQE.Inc()
+					return nakDrop, 0
+				}
+				return nakRNR, 0
+			}
+			if st != verbs.WCSuccess {
+				q.completeRecv(&verbs.WC{Status: st, Opcode: verbs.WCRecvRDMAWithImm}, false)
+				return nakRemOp, 0
+			}
+		}
+		if p.pay > 0 {
+			if r.wmr == nil || !r.wmr.valid.Load() {
+				return nakAccess, 0
+			}
+			dst, _ := r.wmr.span(r.wva+uint64(r.wlen-r.wresid), uint32(p.pay))
+			copy(dst, p.payload())
+			r.wresid -= uint32(p.pay)
+		}
+		r.inWrite = !op.Is(roce.MaskEnd)
+		if op.Is(roce.MaskEnd) {
+			r.msn = r.msn.Next()
+			if op.Is(roce.MaskImmDt) {
+				wc := verbs.WC{Opcode: verbs.WCRecvRDMAWithImm, ByteLen: r.wlen, SrcQP: q.attr.DestQPN,
+					ImmData: roce.ImmDt(p.ext(roce.HdrImmDt)).Value(), Flags: verbs.WCFlagWithImm}
+				q.completeRecv(&wc, p.bth().SE())
+			}
+		}
+		return nakNone, 1
+	case op.Is(roce.MaskRead):
+		reth := roce.RETH(p.ext(roce.HdrRETH))
+		va, n := reth.VA(), reth.DMALen()
+		var mr *MR
+		if n > 0 {
+			mr = q.dev.keys.lookup(reth.RKey())
+			if mr == nil || mr.pd != q.pd || mr.access&verbs.AccessRemoteRead == 0 {
+				return nakAccess, 0
+			}
+			if _, ok := mr.span(va, n); !ok {
+				return nakAccess, 0
+			}
+		}
+		if n > MaxMsgSize {
+			return nakInvReq, 0
+		}
+		npk := q.npkts(n)
+		res := q.newRes()
+		*res = readRes{valid: true, firstPSN: p.psn, lastPSN: p.psn.Add(int(npk) - 1), mr: mr, va: va, length: n}
+		r.msn = r.msn.Next()
+		q.sendReadResp(res, p.psn)
+		return nakNone, int(npk)
+	case op.Is(roce.MaskAtomic):
+		ae := roce.AtomicETH(p.ext(roce.HdrAtomicETH))
+		va := ae.VA()
+		if va&7 != 0 {
+			return nakInvReq, 0
+		}
+		mr := q.dev.keys.lookup(ae.RKey())
+		if mr == nil || mr.pd != q.pd || mr.access&verbs.AccessRemoteAtomic == 0 {
+			return nakAccess, 0
+		}
+		b, ok := mr.span(va, 8)
+		if !ok {
+			return nakAccess, 0
+		}
+		if uintptr(unsafe.Pointer(&b[0]))&7 != 0 {
+			return nakInvReq, 0
+		}
+		ptr := (*uint64)(unsafe.Pointer(&b[0]))
+		var orig uint64
+		if op == roce.RCCompareSwap {
+			for {
+				orig = atomic.LoadUint64(ptr)
+				if orig != ae.Compare() || atomic.CompareAndSwapUint64(ptr, orig, ae.SwapAdd()) {
+					break
+				}
+			}
+		} else {
+			orig = atomic.AddUint64(ptr, ae.SwapAdd()) - ae.SwapAdd()
+		}
+		res := q.newRes()
+		*res = readRes{valid: true, atomic: true, firstPSN: p.psn, lastPSN: p.psn, orig: orig}
+		r.msn = r.msn.Next()
+		q.sendAck(roce.RCAtomicAck, q.ackSyndrome(), p.psn, orig)
+		return nakNone, 1
+	}
+	return nakInvReq, 0
+}
+
+// newRes returns the next responder resource slot, evicting the oldest.
+func (q *QP) newRes() *readRes {
+	r := &q.resp
+	if len(r.res) == 0 {
+		n := 1
+		for n < int(max(q.attr.MaxDestRdAtomic, 1)) {
+			n <<= 1
+		}
+		if cap(r.res) >= n {
+			r.res = r.res[:n]
+		} else {
+			r.res = make([]readRes, n)
+		}
+	}
+	e := &r.res[r.resNext]
+	r.resNext = (r.resNext + 1) % len(r.res)
+	return e
+}
+
+// duplicate handles a request with a PSN already seen: SEND/WRITE are
+// re-ACKed with the last ACKed PSN (ack_psn - 1), READ and atomics are
+// replayed from the resource ring.
+func (q *QP) duplicate(p *packet) {
+	r := &q.resp
+	if p.op.Is(roce.MaskRead) || p.op.Is(roce.MaskAtomic) {
+		for i := range r.res {
+			e := &r.res[i]
+			if !e.valid || e.atomic != p.op.Is(roce.MaskAtomic) || p.psn.Less(e.firstPSN) || e.lastPSN.Less(p.psn) {
+				continue
+			}
+			if e.atomic {
+				q.sendAck(roce.RCAtomicAck, q.ackSyndrome(), e.firstPSN, e.orig)
+				return
+			}
+			if e.mr != nil && !e.mr.valid.Load() {
+				return
+			}
+			q.sendReadResp(e, p.psn)
+			return
+		}
+		return
+	}
+	q.sendAck(roce.RCAck, q.ackSyndrome(), r.psn.Prev(), 0)
+}
+
+// sendReadResp sends the READ response packets of res from PSN from on.
+func (q *QP) sendReadResp(res *readRes, from seqnum.PSN) {
+	mtu := uint32(q.mtu)
+	for psn := from; ; psn = psn.Next() {
+		idx := uint32(psn.Diff(res.firstPSN))
+		off := idx * mtu
+		size := min(mtu, res.length-min(off, res.length))
+		first, last := psn == res.firstPSN, psn == res.lastPSN
+		var op roce.Opcode
+		switch {
+		case first && last:
+			op = roce.RCReadResponseOnly
+		case first:
+			op = roce.RCReadResponseFirst
+		case last:
+			op = roce.RCReadResponseLast
+		default:
+			op = roce.RCReadResponseMiddle
+		}
+		p, pay := q.newPacket(op, psn, q.attr.DestQPN, int(size), q.dst, false, false)
+		if o := op.Info().Offset(roce.HdrAETH); o >= 0 {
+			roce.AETH(p.buf[o:]).Encode(&roce.AETHFields{Syndrome: q.ackSyndrome(), MSN: q.resp.msn})
+		}
+		if size > 0 {
+			src, _ := res.mr.span(res.va+uint64(off), size)
+			copy(pay, src)
+		}
+		q.finish(p)
+		q.tx.add(q, p)
+		if last {
+			return
+		}
+	}
+}
+
+// sendAck sends an ACKNOWLEDGE (or ATOMIC_ACKNOWLEDGE carrying orig).
+func (q *QP) sendAck(op roce.Opcode, syn roce.Syndrome, psn seqnum.PSN, orig uint64) {
+	p, _ := q.newPacket(op, psn, q.attr.DestQPN, 0, q.dst, false, false)
+	roce.AETH(p.buf[roce.BTHSize:]).Encode(&roce.AETHFields{Syndrome: syn, MSN: q.resp.msn})
+	if op == roce.RCAtomicAck {
+		binary.BigEndian.PutUint64(p.buf[roce.BTHSize+roce.AETHSize:], orig)
+	}
+	q.finish(p)
+	q.tx.add(q, p)
+}

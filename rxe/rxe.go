@@ -1,0 +1,146 @@
+// Package rxe is softib's Soft-RoCE provider: a RoCEv2 transport over UDP
+// that is byte-compatible with the Linux rdma_rxe driver, behind the verbs
+// API.
+//
+// Architecture (mirroring rxe's split by role, roce-wire.md §8/§9):
+//
+//	device.go     device object, GID/P_Key tables, QPN table, receive
+//	              goroutine: ReadBatch → header checks (§9) → QP inbound ring
+//	requester.go  send WQEs → request packets (segmentation, window, fences,
+//	              credits, max_rd_atomic)
+//	responder.go  request packets → memory/receive WQEs, ACK/NAK, READ and
+//	              atomic responses, duplicate replay from the resource ring
+//	completer.go  ACK/NAK/response packets → send completions, retransmit
+//	              and RNR timers, go-back-N
+//	qp.go         QP object, state machine, post/modify/flush, run loop
+//	mr.go, cq.go  PD/MR/AH and CQ/SRQ
+//	icrc.go       ICRC, pseudo-GRH and UDP source port helpers
+//
+// Concurrency: each QP's engine state (requester, responder, completer,
+// queues) is guarded by the QP's mutex and is run, like rxe's task model,
+// either inline by the goroutine that made work (PostSend, or the device
+// receive goroutine for small batches, when the mutex is free) or by the
+// QP's own run-loop goroutine, woken through a capacity-1 kick channel.
+// Timers are deadlines owned by the QP; the loop keeps one time.Timer reset
+// to the nearest one, and a firing timer only kicks the loop. Packets go out
+// in per-QP batches through udp.Conn.WriteBatch (so consecutive same-size
+// packets can leave as one GSO send) and packet buffers come from a pool:
+// the data path does not allocate.
+package rxe
+
+import (
+	"time"
+
+	"softib/udp"
+	"softib/verbs"
+)
+
+// Device limits, as Linux rxe advertises them (roce-wire.md §10).
+const (
+	MaxQPWR        = 0x4000
+	MaxSGE         = 32
+	MaxInline      = 400
+	MaxCQE         = 1<<15 - 1
+	MaxRdAtom      = 128
+	MaxMsgSize     = 0x800000
+	MaxQP          = 0x10000
+	MaxSRQWR       = 0x4000
+	MaxSRQSGE      = 27
+	MaxMR          = 0x40000
+	MaxPD          = 0x10000
+	MaxCQ          = 0x4000
+	MaxAH          = 0x8000
+	PKeyTableLen   = 64
+	GIDTableLen    = 1024
+	LocalAckDelay  = 15
+	RoCEv2Port     = 4791
+	GSIQKey        = 0x80010000
+	DefaultPKey    = 0xFFFF
+	firstUserQPN   = 0x11
+	hdrOverhead    = 80 // RXE_MAX_HDR_LENGTH
+	defaultNetMTU  = 1500
+	vendorID       = 0xFFFFFF
+	portCapCMSup   = 1 << 16
+	maxUnackedPSNs = 128 // RXE_MAX_UNACKED_PSNS
+	maxPktPerAck   = 64  // RXE_MAX_PKT_PER_ACK
+)
+
+// Implementation constants.
+const (
+	// pktBufSize bounds one RoCE datagram: a 4096-byte payload plus the
+	// largest header stack, pad and ICRC, with slack.
+	pktBufSize = 4096 + 128
+	// inqMax caps a QP's inbound packet ring; more is dropped and counted
+	// (RxQueueFull), as quic-go caps unprocessed packets.
+	inqMax = 8192
+	// inlineRxBatch: the receive goroutine handles a packet on its own
+	// (when the QP is idle) if ReadBatch returned at most this many
+	// datagrams; bigger batches go to the QP loops for parallelism.
+	inlineRxBatch = 4
+	// procBudget bounds the packets one processing round generates before
+	// it yields (and re-kicks itself).
+	procBudget = 256
+	// eventQueueLen is the async event channel capacity.
+	eventQueueLen = 256
+)
+
+// Config configures a device for Open. The zero value of each field means
+// the default.
+type Config struct {
+	verbs.DeviceConfig
+	// Conn is the datagram endpoint to use (e.g. a udptest endpoint); nil
+	// means udp.Listen on Addr:Port with UDP. The device closes it on
+	// Close.
+	Conn udp.Conn
+	// UDP configures the socket Open creates when Conn is nil. BusyPoll is
+	// forced on when DeviceConfig.BusyPoll is set.
+	UDP *udp.Config
+	// VerifyICRCv4 verifies the ICRC of IPv4 packets too, assuming IP ID
+	// 0 as softib (and any sender with DF on an unconnected socket) uses.
+	// Linux rxe sends non-zero IDs, so leave it off when peers are kernel
+	// rxe: unverifiable IPv4 ICRCs are then counted in ICRCUnverified.
+	// IPv6 ICRCs are always verified.
+	VerifyICRCv4 bool
+	// AdvertiseCredits makes RC responders without an SRQ advertise their
+	// posted receive count as AETH end-to-end credits (IBA §9.7.7.2).
+	// Off, every ACK carries "unlimited" (0x1F) as rxe sends. Requesters
+	// always honour the credits a peer advertises.
+	AdvertiseCredits bool
+	// InlineRx is the largest receive batch the receive goroutine
+	// processes itself instead of handing packets to the QP loops
+	// (default 4; negative means never).
+	InlineRx int
+}
+
+func (c *Config) withDefaults() Config {
+	d := *c
+	if d.Name == "" {
+		d.Name = "rxe0"
+	}
+	if d.Port == 0 {
+		d.Port = RoCEv2Port
+	}
+	if d.NetMTU == 0 {
+		d.NetMTU = defaultNetMTU
+	}
+	if d.InlineRx == 0 {
+		d.InlineRx = inlineRxBatch
+	}
+	return d
+}
+
+type provider struct{}
+
+func (provider) Open(cfg verbs.DeviceConfig) (verbs.Device, error) {
+	return Open(Config{DeviceConfig: cfg})
+}
+
+func init() { verbs.Register("rxe", provider{}) }
+
+// ackTimeout is the local ACK timeout 4.096 µs × 2^t (0 = none).
+func ackTimeout(t uint8) time.Duration {
+	if t == 0 {
+		return 0
+	}
+	return time.Duration(4096<<min(t, 31)) * time.Nanosecond
+}

@@ -510,3 +510,39 @@ func TestStateTableShape(t *testing.T) {
 		}
 	}
 }
+
+// TestWildcardListen listens on every device, including one added after
+// the listen.
+func TestWildcardListen(t *testing.T) {
+	e := newEnv(t)
+	sch, cch := rdmacm.NewEventChannel(), rdmacm.NewEventChannel()
+	lis, _ := e.m.CreateID(sch, nil, rdmacm.PSTCP)
+	if err := lis.BindAddr(netip.AddrPortFrom(netip.IPv4Unspecified(), 8000)); err != nil {
+		t.Fatal(err)
+	}
+	if err := lis.Listen(0); err != nil {
+		t.Fatal(err)
+	}
+	d, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: loopAddr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	if err := e.m.AddDevice(d); err != nil {
+		t.Fatal(err)
+	}
+	for _, dst := range []netip.Addr{e.b, d.(*rxe.Device).Addr().Addr()} {
+		c := clientTo(t, e, cch, rdmacm.PSTCP, netip.AddrPortFrom(dst, 8000))
+		if err := c.Connect(&rdmacm.ConnParam{QPNum: 0x42}); err != nil {
+			t.Fatal(err)
+		}
+		req := expect(t, sch, rdmacm.EventConnectRequest)
+		if req.ID.LocalAddr() != netip.AddrPortFrom(dst, 8000) || req.ID.Device() == nil {
+			t.Errorf("request at %v", req.ID.LocalAddr())
+		}
+		if err := req.ID.Reject(nil); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, cch, rdmacm.EventRejected)
+	}
+}

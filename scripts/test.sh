@@ -11,6 +11,9 @@ need_pkgs=()
 command -v tshark >/dev/null || need_pkgs+=(tshark)
 command -v ip >/dev/null || need_pkgs+=(iproute2)
 command -v tc >/dev/null || need_pkgs+=(iproute2)
+# This kernel may lack sch_netem; internal/netns then injects loss and
+# duplication with nftables.
+command -v nft >/dev/null || need_pkgs+=(nftables)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "== installing ${need_pkgs[*]}"

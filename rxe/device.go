@@ -1,12 +1,12 @@
 package rxe
 
 import (
-	"os"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"

@@ -7,8 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
+
+	"softib/lnet/socklnd"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -291,4 +294,15 @@ func normalize(c *Config) *Config {
 		n.Buffers = nil
 	}
 	return &n
+}
+
+// TestSocklndTableMatchesParams: every tcp lnd tunable is a ksocklnd
+// parameter the driver accepts.
+func TestSocklndTableMatchesParams(t *testing.T) {
+	for _, k := range socklndTable {
+		var c socklnd.Config
+		if err := c.SetParam(k.name, strconv.FormatInt(k.def, 10)); err != nil {
+			t.Errorf("%s: %v", k.name, err)
+		}
+	}
 }

@@ -265,42 +265,27 @@ func explainAddNet(err error, ni NIConfig, sc socklnd.Config) error {
 	return fmt.Errorf("%w (interfaces %v)", err, ni.Interfaces)
 }
 
-// socklndConfig builds the TCP LND settings of an NI from its lnd
-// tunables and the globals. Called with d.mu held.
+// socklndConfig builds the TCP LND settings of an NI: the acceptor from
+// the globals, then each lnd tunable set in the file by its ksocklnd
+// module-parameter name (socklnd.Config.SetParam). Called with d.mu held.
 func (d *Daemon) socklndConfig(lt Settings) socklnd.Config {
-	get := func(k string) int64 {
-		if v, ok := lt.Get(k); ok {
-			return v
-		}
-		kd, _ := socklndTable.lookup(k)
-		return kd.def
-	}
+	var c socklnd.Config
 	port, _ := d.global.Get("accept_port")
-	if p := get("accept_port"); p != 0 {
-		port = p
-	}
 	accept, _ := d.global.Get("accept")
-	sec := func(k string) time.Duration { return time.Duration(get(k)) * time.Second }
-	c := socklnd.Config{
-		AcceptPort:       int(port),
-		Accept:           socklnd.AcceptMode(accept),
-		SockTimeout:      sec("sock_timeout"),
-		Keepalive:        sec("keepalive"),
-		Nconnds:          int(get("nconnds")),
-		Nagle:            get("nagle") != 0,
-		TxBufferSize:     int(get("tx_buffer_size")),
-		RxBufferSize:     int(get("rx_buffer_size")),
-		MinBulk:          int(get("min_bulk")),
-		ZCMinPayload:     int(get("zc_min_payload")),
-		MinReconnect:     time.Duration(get("min_reconnectms")) * time.Millisecond,
-		MaxReconnect:     time.Duration(get("max_reconnectms")) * time.Millisecond,
-		SingleConn:       get("typed_conns") == 0,
-		ConnsPerPeer:     int(get("conns_per_peer")),
-		EnableCsum:       get("enable_csum") != 0,
-		DisableZCRequest: get("zc_min_payload") == 0,
-	}
-	if c.Keepalive == 0 {
-		c.Keepalive = -1 // keepalive 0 turns it off
+	acceptKey, _ := globalTable.lookup("accept")
+	_ = c.SetParam("accept_port", strconv.FormatInt(port, 10))
+	_ = c.SetParam("accept", fmt.Sprint(acceptKey.format(accept)))
+	for _, s := range lt {
+		if s.Name == "accept_port" && s.Value == 0 {
+			continue // 0: the global port
+		}
+		if err := c.SetParam(s.Name, strconv.FormatInt(s.Value, 10)); err != nil {
+			// The table only holds names SetParam knows (a test checks).
+			d.log.Warn("lnetd: socklnd tunable ignored", "name", s.Name, "err", err)
+		}
+		if s.Name == "zc_min_payload" && s.Value == 0 {
+			c.DisableZCRequest = true // 0: never ask for zero-copy ACKs
+		}
 	}
 	return c
 }

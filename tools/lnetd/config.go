@@ -492,7 +492,7 @@ func (p *parser) peer(n *yaml.Node, path string) PeerConfig {
 				peerNIKnown := []string{"nid", "state", "max_ni_tx_credits", "available_tx_credits",
 					"min_tx_credits", "tx_q_num_of_buf", "available_rtr_credits", "min_rtr_credits",
 					"refcount", "statistics", "sent_stats", "received_stats", "dropped_stats",
-					"health stats", "udsp info"}
+					"health stats", "udsp info", "last_alive"}
 				p.mapping(e, ipath, peerNIKnown, func(k string, v *yaml.Node, kp string) {
 					if k == "nid" {
 						pc.NIDs = append(pc.NIDs, p.nid(v, kp))

@@ -35,6 +35,7 @@ type ID struct {
 	pending  int // CONNECT_REQUESTs not yet accepted or rejected
 	parent   *ID // listener of a passive ID until accepted/rejected
 	qp       verbs.QP
+	tos      uint8
 	req      ConnParam // what the peer asked for (passive)
 	ud       UDParam   // the peer's UD QP (after SIDR_REP)
 	rejected bool
@@ -273,13 +274,34 @@ func (id *ID) ResolveRoute(timeout time.Duration) error {
 		return nil
 	}
 	id.path = mad.RoCEv2Path(mad.RoCEv2PathParams{
-		Src: id.local.Addr(), Dst: id.remote.Addr(),
+		Src: id.local.Addr(), Dst: id.remote.Addr(), TrafficClass: id.tos,
 		PacketLifeTime: id.m.cfg.PacketLifeTime, CAAckDelay: id.dev.caAckDelay,
 	})
 	if err := id.setState(StateRouteResolved); err != nil {
 		return err
 	}
 	id.emit(&Event{Type: EventRouteResolved})
+	return nil
+}
+
+// SetTOS sets the type of service (rdma_set_option RDMA_OPTION_ID_TOS):
+// the traffic class of the route resolved afterwards, carried in the REQ
+// path and used for the QP's address vector.
+func (id *ID) SetTOS(tos uint8) {
+	id.mu.Lock()
+	id.tos = tos
+	id.mu.Unlock()
+}
+
+// Migrate moves the ID to another event channel (rdma_migrate_id);
+// events already queued stay on the old one.
+func (id *ID) Migrate(ch *EventChannel) error {
+	if ch == nil {
+		return fmt.Errorf("rdmacm: nil event channel: %w", ErrInvalid)
+	}
+	id.mu.Lock()
+	id.ch = ch
+	id.mu.Unlock()
 	return nil
 }
 

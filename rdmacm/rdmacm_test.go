@@ -546,3 +546,31 @@ func TestWildcardListen(t *testing.T) {
 		expect(t, cch, rdmacm.EventRejected)
 	}
 }
+
+// TestTOSAndMigrate checks rdma_set_option(TOS) and rdma_migrate_id.
+func TestTOSAndMigrate(t *testing.T) {
+	e := newEnv(t)
+	ch1, ch2 := rdmacm.NewEventChannel(), rdmacm.NewEventChannel()
+	c, _ := e.m.CreateID(ch1, nil, rdmacm.PSTCP)
+	c.SetTOS(0x60)
+	if err := c.ResolveAddr(netip.AddrPort{}, netip.AddrPortFrom(e.b, 9), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, ch1, rdmacm.EventAddrResolved)
+	if err := c.Migrate(ch2); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ResolveRoute(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, ch2, rdmacm.EventRouteResolved)
+	if c.Path().TrafficClass != 0x60 {
+		t.Errorf("traffic class %#x", c.Path().TrafficClass)
+	}
+	if ch1.TryGetEvent() != nil {
+		t.Error("event on the old channel")
+	}
+	if err := c.Migrate(nil); !errors.Is(err, rdmacm.ErrInvalid) {
+		t.Errorf("nil channel: %v", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -103,6 +104,9 @@ func (e *env) runCase(ctx context.Context, tc *testCase) result {
 	err := tc.run(ctx, e, c)
 	if capt != nil {
 		capt.Stop()
+		if len(tc.softib) > 0 {
+			err = e.checkCapture(c, pcap, err)
+		}
 	}
 	res.dur = time.Since(start)
 	var skip skipError
@@ -123,6 +127,31 @@ func (e *env) runCase(ctx context.Context, tc *testCase) result {
 		e.saveArtifacts(c, res.status == "FAIL")
 	}
 	return res
+}
+
+// checkCapture adds the ICRC verdict of the case's capture to its outcome:
+// a softib frame with a bad ICRC fails the case even when both tools
+// finished (retransmits hid the drops), and explains a failure otherwise.
+func (e *env) checkCapture(c *caseRun, pcapPath string, runErr error) error {
+	var skip skipError
+	if errors.As(runErr, &skip) {
+		return runErr
+	}
+	st, err := analyzeCapture(pcapPath)
+	if err != nil {
+		c.logf("capture: %v", err)
+		return runErr
+	}
+	note, verr := st.verdict(netip.MustParseAddr(e.vm.HostIP()), netip.MustParseAddr(e.vm.GuestIP()))
+	c.logf("%s", note)
+	switch {
+	case verr == nil:
+		return runErr
+	case runErr == nil:
+		return verr
+	default:
+		return fmt.Errorf("%v; %v", verr, runErr)
+	}
 }
 
 // precheck skips cases whose softib subcommand or flags are missing.

@@ -71,9 +71,11 @@ type Capture struct {
 }
 
 // Capture starts tcpdump on the tap, writing every frame to path, and
-// returns once it is capturing.
+// returns once it is capturing. Immediate mode matters: without it frames
+// wait in the kernel's ring for a block timeout and those still there at
+// Stop are lost.
 func (v *VM) Capture(ctx context.Context, path string) (*Capture, error) {
-	cmd := v.Command(context.Background(), "tcpdump", "-i", v.cfg.Tap, "-U", "-n", "-s", "0", "-w", path)
+	cmd := v.Command(context.Background(), "tcpdump", "-i", v.cfg.Tap, "--immediate-mode", "-U", "-n", "-s", "0", "-w", path)
 	pr, pw := io.Pipe()
 	cmd.Stderr = pw
 	if err := cmd.Start(); err != nil {

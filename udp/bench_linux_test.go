@@ -69,9 +69,11 @@ func blast(b *testing.B, size, batch int,
 	b.ReportMetric(float64(got)/el.Seconds(), "pkts/s")
 }
 
-func benchSocket(b *testing.B, size int, cfg udp.Config) {
-	tx := listen(b, "127.0.0.1:0", &cfg)
-	rx := listen(b, "127.0.0.1:0", &cfg)
+func benchSocket(b *testing.B, size int, cfg udp.Config) { benchSocketOn(b, "127.0.0.1:0", size, cfg) }
+
+func benchSocketOn(b *testing.B, addr string, size int, cfg udp.Config) {
+	tx := listen(b, addr, &cfg)
+	rx := listen(b, addr, &cfg)
 	batch := tx.BatchSize()
 	out := make([]udp.Message, batch)
 	for i := range out {
@@ -95,6 +97,7 @@ func benchSocket(b *testing.B, size int, cfg udp.Config) {
 // datagram per syscall (single).
 func BenchmarkSocket4K(b *testing.B) {
 	b.Run("gso+gro", func(b *testing.B) { benchSocket(b, 4096, udp.Config{}) })
+	b.Run("gso+gro-v6", func(b *testing.B) { benchSocketOn(b, "[::1]:0", 4096, udp.Config{}) })
 	b.Run("mmsg", func(b *testing.B) {
 		benchSocket(b, 4096, udp.Config{DisableGSO: true, DisableGRO: true})
 	})

@@ -14,6 +14,7 @@ command -v tc >/dev/null || need_pkgs+=(iproute2)
 # This kernel may lack sch_netem; internal/netns then injects loss and
 # duplication with nftables.
 command -v nft >/dev/null || need_pkgs+=(nftables)
+command -v ping >/dev/null || need_pkgs+=(iputils-ping)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "== installing ${need_pkgs[*]}"

@@ -95,6 +95,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Tracer, if set, observes the CM (tests, qlog-style tracing).
 	Tracer Tracer
+	// DropSend, if set, is asked about every outgoing MAD; returning true
+	// drops it as if the network had lost it (fault injection for tests).
+	DropSend func(m []byte, to Addr) bool
 }
 
 // Tracer observes a CM. Its methods are called with the CM lock held and
@@ -305,6 +308,9 @@ func (c *CM) transmit(b []byte, to Addr) {
 	attr := mad.Header(b).AttrID()
 	if attr <= mad.AttrAPR {
 		c.st.Sent[attr].Inc()
+	}
+	if c.cfg.DropSend != nil && c.cfg.DropSend(b, to) {
+		return
 	}
 	if err := c.port.Send(b, to); err != nil {
 		c.st.SendErrors.Inc()

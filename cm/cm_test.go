@@ -984,3 +984,31 @@ func countEv(evs []cm.EventType, tp cm.EventType) int {
 	}
 	return k
 }
+
+func TestDropSend(t *testing.T) {
+	run(t, func(t *testing.T) {
+		n := newNet(t)
+		dropped := 0
+		a := n.node(t, "10.0.0.1", cm.Config{DropSend: func(m []byte, _ cm.Addr) bool {
+			if mad.Header(m).AttrID() == mad.AttrREQ && dropped == 0 {
+				dropped++
+				return true
+			}
+			return false
+		}})
+		b := n.node(t, "10.0.0.2", cm.Config{})
+		acceptAll(b)
+		rtuOnREP(a)
+		b.listen(testSID)
+		id := a.newID()
+		if err := id.SendREQ(reqParam(a, b, 0x100)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		wantState(t, id, cm.StateEstablished)
+		if dropped != 1 || n.count(mad.AttrREQ, a.gid) != 1 || a.cm.Stats().Retransmits.Load() != 1 {
+			t.Errorf("dropped %d, REQs on the wire %d", dropped, n.count(mad.AttrREQ, a.gid))
+		}
+	})
+}

@@ -8,11 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"softib/cm"
 	"softib/internal/testenv"
 	"softib/internal/tsharktest"
 	"softib/interop/vm"
@@ -103,153 +105,172 @@ func TestInteropLinuxKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	dev := openInNetns(t, v.Namespace(), host)
-	m := rdmacm.NewManager(rdmacm.Config{})
+	// dropOnce names a MAD attribute whose next transmission is lost.
+	var dropOnce atomic.Uint32
+	m := rdmacm.NewManager(rdmacm.Config{CM: cm.Config{DropSend: func(b []byte, _ cm.Addr) bool {
+		a := uint32(mad.Header(b).AttrID())
+		return a == dropOnce.Load() && dropOnce.CompareAndSwap(a, 0)
+	}}})
 	defer m.Close()
 	if err := m.AddDevice(dev); err != nil {
 		t.Fatal(err)
 	}
 
-	t.Run("kernel server", func(t *testing.T) {
-		job, err := v.Go("rdma_server", fmt.Sprintf("rdma_server -s %s -p 7471", guest), 120*time.Second)
-		if err != nil {
-			t.Fatal(err)
+	for _, drop := range []mad.AttrID{0, mad.AttrRTU} {
+		name := "kernel server"
+		if drop != 0 {
+			name += " (our first RTU lost)"
 		}
-		ch := rdmacm.NewEventChannel()
-		var id *rdmacm.ID
-		var cq verbs.CQ
-		var qp verbs.QP
-		var mr verbs.MR
-		// rdma_cm listens without a TCP socket: retry while the kernel
-		// CM still rejects with "invalid service ID".
-		for try := 0; ; try++ {
-			id, err = m.CreateID(ch, nil, rdmacm.PSTCP)
+		t.Run(name, func(t *testing.T) {
+			dropOnce.Store(uint32(drop))
+			job, err := v.Go("rdma_server", fmt.Sprintf("rdma_server -s %s -p 7471", guest), 120*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := id.ResolveAddr(netip.AddrPortFrom(host, 0), netip.AddrPortFrom(guest, 7471), time.Second); err != nil {
+			ch := rdmacm.NewEventChannel()
+			var id *rdmacm.ID
+			var cq verbs.CQ
+			var qp verbs.QP
+			var mr verbs.MR
+			// rdma_cm listens without a TCP socket: retry while the kernel
+			// CM still rejects with "invalid service ID".
+			for try := 0; ; try++ {
+				id, err = m.CreateID(ch, nil, rdmacm.PSTCP)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := id.ResolveAddr(netip.AddrPortFrom(host, 0), netip.AddrPortFrom(guest, 7471), time.Second); err != nil {
+					t.Fatal(err)
+				}
+				expect(t, ch, rdmacm.EventAddrResolved)
+				if err := id.ResolveRoute(time.Second); err != nil {
+					t.Fatal(err)
+				}
+				expect(t, ch, rdmacm.EventRouteResolved)
+				cq = newCQ(t, id)
+				if qp, err = id.CreateQP(nil, &verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: qpCap}); err != nil {
+					t.Fatal(err)
+				}
+				if mr, err = id.PD().RegMR(make([]byte, 32), verbs.AccessLocalWrite); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := qp.PostRecv([]verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{mr.SGE(16, 16)}}}); err != nil {
+					t.Fatal(err)
+				}
+				if err := id.Connect(&rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}); err != nil {
+					t.Fatal(err)
+				}
+				ev, err := ch.GetEvent(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ev.Type == rdmacm.EventEstablished {
+					break
+				}
+				if ev.Type != rdmacm.EventRejected || ev.Status != int(mad.RejInvalidServiceID) || try > 100 || job.Done() {
+					r, _ := job.Wait(ctx)
+					t.Fatalf("connect: %v status %d (%v); guest: %s %s", ev.Type, ev.Status, ev.Err, r.Stdout, r.Stderr)
+				}
+				id.DestroyQP()
+				id.Destroy()
+				time.Sleep(300 * time.Millisecond)
+			}
+			copy(mr.Buf(), "softib to linux!")
+			if _, err := qp.PostSend([]verbs.SendWR{{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+				SGL: []verbs.SGE{mr.SGE(0, 16)}}}); err != nil {
 				t.Fatal(err)
 			}
-			expect(t, ch, rdmacm.EventAddrResolved)
-			if err := id.ResolveRoute(time.Second); err != nil {
+			for range 2 {
+				if wc := waitWC(t, cq); wc.Status != verbs.WCSuccess {
+					t.Fatalf("wc %+v", wc)
+				}
+			}
+			expect(t, ch, rdmacm.EventDisconnected)
+			if err := id.Disconnect(); err != nil {
 				t.Fatal(err)
 			}
-			expect(t, ch, rdmacm.EventRouteResolved)
-			cq = newCQ(t, id)
-			if qp, err = id.CreateQP(nil, &verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: qpCap}); err != nil {
+			r, err := job.Wait(ctx)
+			if err != nil || r.Code != 0 {
+				t.Fatalf("rdma_server: %v rc %d\n%s%s", err, r.Code, r.Stdout, r.Stderr)
+			}
+			t.Logf("rdma_server: %s", r.Stdout)
+			id.DestroyQP()
+			id.Destroy()
+		})
+	}
+
+	for _, drop := range []mad.AttrID{0, mad.AttrREP} {
+		name := "kernel client"
+		if drop != 0 {
+			name += " (our first REP lost)"
+		}
+		t.Run(name, func(t *testing.T) {
+			dropOnce.Store(uint32(drop))
+			ch := rdmacm.NewEventChannel()
+			lis, err := m.CreateID(ch, nil, rdmacm.PSTCP)
+			if err != nil {
 				t.Fatal(err)
 			}
-			if mr, err = id.PD().RegMR(make([]byte, 32), verbs.AccessLocalWrite); err != nil {
+			defer lis.Destroy()
+			if err := lis.BindAddr(netip.AddrPortFrom(host, 7471)); err != nil {
+				t.Fatal(err)
+			}
+			if err := lis.Listen(0); err != nil {
+				t.Fatal(err)
+			}
+			job, err := v.Go("rdma_client", fmt.Sprintf("rdma_client -s %s -p 7471", host), 120*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ectx, ecancel := context.WithTimeout(ctx, 3*time.Minute)
+			defer ecancel()
+			req, err := ch.GetEvent(ectx)
+			if err != nil || req.Type != rdmacm.EventConnectRequest {
+				r, _ := job.Wait(ctx)
+				t.Fatalf("no CONNECT_REQUEST (%v %v); guest: %s %s", req, err, r.Stdout, r.Stderr)
+			}
+			id := req.ID
+			t.Logf("CONNECT_REQUEST from %v: %+v", id.RemoteAddr(), req.Conn)
+			cq := newCQ(t, id)
+			qp, err := id.CreateQP(nil, &verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: qpCap})
+			if err != nil {
+				t.Fatal(err)
+			}
+			mr, err := id.PD().RegMR(make([]byte, 32), verbs.AccessLocalWrite)
+			if err != nil {
 				t.Fatal(err)
 			}
 			if _, err := qp.PostRecv([]verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{mr.SGE(16, 16)}}}); err != nil {
 				t.Fatal(err)
 			}
-			if err := id.Connect(&rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}); err != nil {
+			if err := id.Accept(&rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7}); err != nil {
 				t.Fatal(err)
 			}
-			ev, err := ch.GetEvent(ctx)
-			if err != nil {
+			expect(t, ch, rdmacm.EventEstablished)
+			if wc := waitWC(t, cq); wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCRecv {
+				t.Fatalf("recv %+v", wc)
+			}
+			copy(mr.Buf(), "linux, hi back!!")
+			if _, err := qp.PostSend([]verbs.SendWR{{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+				SGL: []verbs.SGE{mr.SGE(0, 16)}}}); err != nil {
 				t.Fatal(err)
 			}
-			if ev.Type == rdmacm.EventEstablished {
-				break
+			if wc := waitWC(t, cq); wc.Status != verbs.WCSuccess {
+				t.Fatalf("send %+v", wc)
 			}
-			if ev.Type != rdmacm.EventRejected || ev.Status != int(mad.RejInvalidServiceID) || try > 100 || job.Done() {
-				r, _ := job.Wait(ctx)
-				t.Fatalf("connect: %v status %d (%v); guest: %s %s", ev.Type, ev.Status, ev.Err, r.Stdout, r.Stderr)
+			expect(t, ch, rdmacm.EventDisconnected)
+			if err := id.Disconnect(); err != nil {
+				t.Fatal(err)
 			}
+			r, err := job.Wait(ctx)
+			if err != nil || r.Code != 0 {
+				t.Fatalf("rdma_client: %v rc %d\n%s%s", err, r.Code, r.Stdout, r.Stderr)
+			}
+			t.Logf("rdma_client: %s", r.Stdout)
 			id.DestroyQP()
 			id.Destroy()
-			time.Sleep(300 * time.Millisecond)
-		}
-		copy(mr.Buf(), "softib to linux!")
-		if _, err := qp.PostSend([]verbs.SendWR{{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
-			SGL: []verbs.SGE{mr.SGE(0, 16)}}}); err != nil {
-			t.Fatal(err)
-		}
-		for range 2 {
-			if wc := waitWC(t, cq); wc.Status != verbs.WCSuccess {
-				t.Fatalf("wc %+v", wc)
-			}
-		}
-		expect(t, ch, rdmacm.EventDisconnected)
-		if err := id.Disconnect(); err != nil {
-			t.Fatal(err)
-		}
-		r, err := job.Wait(ctx)
-		if err != nil || r.Code != 0 {
-			t.Fatalf("rdma_server: %v rc %d\n%s%s", err, r.Code, r.Stdout, r.Stderr)
-		}
-		t.Logf("rdma_server: %s", r.Stdout)
-		id.DestroyQP()
-		id.Destroy()
-	})
-
-	t.Run("kernel client", func(t *testing.T) {
-		ch := rdmacm.NewEventChannel()
-		lis, err := m.CreateID(ch, nil, rdmacm.PSTCP)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer lis.Destroy()
-		if err := lis.BindAddr(netip.AddrPortFrom(host, 7471)); err != nil {
-			t.Fatal(err)
-		}
-		if err := lis.Listen(0); err != nil {
-			t.Fatal(err)
-		}
-		job, err := v.Go("rdma_client", fmt.Sprintf("rdma_client -s %s -p 7471", host), 120*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ectx, ecancel := context.WithTimeout(ctx, 3*time.Minute)
-		defer ecancel()
-		req, err := ch.GetEvent(ectx)
-		if err != nil || req.Type != rdmacm.EventConnectRequest {
-			r, _ := job.Wait(ctx)
-			t.Fatalf("no CONNECT_REQUEST (%v %v); guest: %s %s", req, err, r.Stdout, r.Stderr)
-		}
-		id := req.ID
-		t.Logf("CONNECT_REQUEST from %v: %+v", id.RemoteAddr(), req.Conn)
-		cq := newCQ(t, id)
-		qp, err := id.CreateQP(nil, &verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: qpCap})
-		if err != nil {
-			t.Fatal(err)
-		}
-		mr, err := id.PD().RegMR(make([]byte, 32), verbs.AccessLocalWrite)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := qp.PostRecv([]verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{mr.SGE(16, 16)}}}); err != nil {
-			t.Fatal(err)
-		}
-		if err := id.Accept(&rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7}); err != nil {
-			t.Fatal(err)
-		}
-		expect(t, ch, rdmacm.EventEstablished)
-		if wc := waitWC(t, cq); wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCRecv {
-			t.Fatalf("recv %+v", wc)
-		}
-		copy(mr.Buf(), "linux, hi back!!")
-		if _, err := qp.PostSend([]verbs.SendWR{{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
-			SGL: []verbs.SGE{mr.SGE(0, 16)}}}); err != nil {
-			t.Fatal(err)
-		}
-		if wc := waitWC(t, cq); wc.Status != verbs.WCSuccess {
-			t.Fatalf("send %+v", wc)
-		}
-		expect(t, ch, rdmacm.EventDisconnected)
-		if err := id.Disconnect(); err != nil {
-			t.Fatal(err)
-		}
-		r, err := job.Wait(ctx)
-		if err != nil || r.Code != 0 {
-			t.Fatalf("rdma_client: %v rc %d\n%s%s", err, r.Code, r.Stdout, r.Stderr)
-		}
-		t.Logf("rdma_client: %s", r.Stdout)
-		id.DestroyQP()
-		id.Destroy()
-	})
+		})
+	}
 
 	// ucmatose as client: our server sends first and disconnects first
 	// (our DREQ, the kernel's DREP).

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/netip"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -409,9 +408,6 @@ func (d *Device) rxLoop() {
 // returns; it returns nil (and recycles nothing) when p was dropped.
 func (d *Device) recv(p *packet) *QP {
 	if err := p.parse(); err != nil {
-		if debugRx {
-			fmt.Fprintf(os.Stderr, "rxe debug: drop %v n=%d from %v: % x\n", err, p.n, p.addr, p.buf[:min(p.n, 48)])
-		}
 		d.countParseErr(err)
 		return nil
 	}
@@ -534,5 +530,3 @@ func (p *packet) ext(k roce.HeaderKind) []byte {
 }
 
 func (p *packet) payload() []byte { return p.buf[p.hdr : p.hdr+p.pay] }
-
-var debugRx = os.Getenv("RXE_DEBUG") != ""

@@ -56,8 +56,14 @@ func icrc(src, dst netip.AddrPort, pkt []byte) uint32 {
 	copy(ph[n:], pkt[:roce.BTHSize])
 	ph[n+4] = 0xFF // FECN/BECN/resv8a
 	n += roce.BTHSize
-	crc := crc32.Update(0, crc32.IEEETable, ph[:n])
-	return crc32.Update(crc, crc32.IEEETable, pkt[roce.BTHSize:])
+	// The pseudo-header goes through a plain table loop: handing the
+	// stack array to crc32.Update would make it escape (one allocation
+	// per packet).
+	crc := ^uint32(0)
+	for _, b := range ph[:n] {
+		crc = crc32.IEEETable[byte(crc)^b] ^ crc>>8
+	}
+	return crc32.Update(^crc, crc32.IEEETable, pkt[roce.BTHSize:])
 }
 
 // grhArea writes the 40-byte area rxe puts in front of every UD/GSI

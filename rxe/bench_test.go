@@ -1,0 +1,231 @@
+package rxe_test
+
+import (
+	"net"
+	"net/netip"
+	"runtime"
+	"testing"
+	"time"
+
+	"softib/rxe"
+	"softib/verbs"
+)
+
+// benchPair connects an RC pair over loopback UDP with a 4096-byte path
+// MTU (NetMTU 9000 → active MTU 4096).
+func benchPair(b *testing.B, busy bool, bufSize int) (x, y *end) {
+	cfg := rxe.Config{DeviceConfig: verbs.DeviceConfig{NetMTU: 9000, BusyPoll: busy}}
+	return pair(b, verbs.QPTypeRC, cfg, connOpts{mtu: verbs.MTU4096}, bufSize)
+}
+
+// pollSpin polls until it gets one completion, yielding between tries.
+func pollSpin(tb testing.TB, cq verbs.CQ, wc []verbs.WC) {
+	for {
+		n, err := cq.Poll(wc[:1])
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if n == 1 {
+			if wc[0].Status != verbs.WCSuccess {
+				tb.Fatalf("completion %+v", wc[0])
+			}
+			return
+		}
+		runtime.Gosched()
+	}
+}
+
+func benchWrite(b *testing.B, size int) {
+	const depth = 16
+	x, y := benchPair(b, false, size*depth)
+	wc := make([]verbs.WC, 1)
+	wrs := make([]verbs.SendWR, depth)
+	sgl := make([]verbs.SGE, depth)
+	for i := range wrs {
+		sgl[i] = x.mr.SGE(i*size, size)
+		wrs[i] = verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGL: sgl[i : i+1], RemoteAddr: y.mr.Addr() + uint64(i*size), RKey: y.mr.RKey()}
+	}
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	inflight, next := 0, 0
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		for inflight >= depth {
+			pollSpin(b, x.cq, wc)
+			inflight--
+		}
+		if _, err := x.qp.PostSend(wrs[next : next+1]); err != nil {
+			b.Fatal(err)
+		}
+		next = (next + 1) % depth
+		inflight++
+	}
+	for ; inflight > 0; inflight-- {
+		pollSpin(b, x.cq, wc)
+	}
+	b.ReportMetric(float64(size)*float64(b.N)/time.Since(start).Seconds()/1e9, "GB/s")
+}
+
+// BenchmarkRCWrite measures RC RDMA WRITE bandwidth between two devices
+// over loopback UDP (16 WRs in flight, path MTU 4096).
+func BenchmarkRCWrite(b *testing.B) {
+	b.Run("64KiB", func(b *testing.B) { benchWrite(b, 64<<10) })
+	b.Run("1MiB", func(b *testing.B) { benchWrite(b, 1<<20) })
+}
+
+func benchPingPong(b *testing.B, busy bool) {
+	x, y := benchPair(b, busy, 4096)
+	wcx, wcy := make([]verbs.WC, 1), make([]verbs.WC, 1)
+	rx := []verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{x.mr.SGE(0, 64)}}}
+	ry := []verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{y.mr.SGE(0, 64)}}}
+	sx := []verbs.SendWR{{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendInline, InlineData: make([]byte, 8)}}
+	sy := []verbs.SendWR{{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendInline, InlineData: make([]byte, 8)}}
+	postRecv(b, x, rx...)
+	postRecv(b, y, ry...)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	// Echo side: wait for a receive, re-post it, send back.
+	go func() {
+		defer close(done)
+		for {
+			for {
+				n, _ := y.cq.Poll(wcy)
+				if n == 1 {
+					break
+				}
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				runtime.Gosched()
+			}
+			y.qp.PostRecv(ry)
+			y.qp.PostSend(sy)
+		}
+	}()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := x.qp.PostSend(sx); err != nil {
+			b.Fatal(err)
+		}
+		pollSpin(b, x.cq, wcx)
+		x.qp.PostRecv(rx)
+	}
+	b.StopTimer()
+	close(stop)
+	<-done
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/2, "µs/half-RTT")
+}
+
+// BenchmarkRCSendPingPong measures 8-byte RC SEND ping-pong latency
+// (reported as half the round trip).
+func BenchmarkRCSendPingPong(b *testing.B) {
+	b.Run("normal", func(b *testing.B) { benchPingPong(b, false) })
+	b.Run("busypoll", func(b *testing.B) { benchPingPong(b, true) })
+}
+
+// BenchmarkUDPPingPong is the baseline: raw Go UDP ping-pong of 8 bytes
+// between two loopback sockets.
+func BenchmarkUDPPingPong(b *testing.B) {
+	ca, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(testAddr(), 0)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ca.Close()
+	cb, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(testAddr(), 0)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cb.Close()
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			n, from, err := cb.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			cb.WriteToUDPAddrPort(buf[:n], from)
+		}
+	}()
+	buf := make([]byte, 64)
+	dst := cb.LocalAddr().(*net.UDPAddr).AddrPort()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ca.WriteToUDPAddrPort(buf[:8], dst)
+		ca.ReadFromUDPAddrPort(buf)
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/2, "µs/half-RTT")
+}
+
+// TestZeroAllocs checks that the steady-state data path (post, packets
+// out, packets in on both devices, ACKs, completions) allocates nothing.
+func TestZeroAllocs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	x, y := pair(t, verbs.QPTypeRC, rxe.Config{DeviceConfig: verbs.DeviceConfig{NetMTU: 9000}}, connOpts{mtu: verbs.MTU4096}, 1<<16)
+	wc := make([]verbs.WC, 1)
+	w := []verbs.SendWR{{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{x.mr.SGE(0, 16<<10)},
+		RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}}
+	rd := []verbs.SendWR{{Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SGL: []verbs.SGE{x.mr.SGE(32<<10, 16<<10)},
+		RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}}
+	s := []verbs.SendWR{{Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{x.mr.SGE(0, 100)}}}
+	r := []verbs.RecvWR{{SGL: []verbs.SGE{y.mr.SGE(0, 4096)}}}
+	wcy := make([]verbs.WC, 1)
+	round := func() {
+		x.qp.PostSend(w)
+		pollSpin(t, x.cq, wc)
+		x.qp.PostSend(rd)
+		pollSpin(t, x.cq, wc)
+		y.qp.PostRecv(r)
+		x.qp.PostSend(s)
+		pollSpin(t, x.cq, wc)
+		pollSpin(t, y.cq, wcy)
+	}
+	for range 50 {
+		round() // warm pools and rings
+	}
+	a := testing.AllocsPerRun(200, round)
+	t.Logf("x %v\ny %v", x.dev.Stats(), y.dev.Stats())
+	if a != 0 {
+		t.Fatalf("%v allocations per WRITE+READ+SEND round", a)
+	}
+}
+
+// TestIdleQPMemory checks the cost of 1,000 idle RC QPs in RTS.
+func TestIdleQPMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	d := openDev(t, rxe.Config{})
+	pd, _ := d.AllocPD()
+	cq, _ := d.CreateCQ(verbs.CQAttr{CQE: 16})
+	const n = 1000
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	qps := make([]verbs.QP, n)
+	for i := range qps {
+		qp, err := pd.CreateQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+			Cap: verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := &end{dev: d, qp: qp}
+		connect(t, e, &end{dev: d, qp: qp}, connOpts{})
+		qps[i] = qp
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := (int64(after.HeapAlloc+after.StackInuse) - int64(before.HeapAlloc+before.StackInuse)) / n
+	t.Logf("%d bytes per idle RC QP (heap+stack)", per)
+	if per > 64<<10 {
+		t.Fatalf("%d bytes per idle QP", per)
+	}
+	runtime.KeepAlive(qps)
+}

@@ -54,6 +54,8 @@ type env struct {
 	opts options
 	// flagCache remembers each softib subcommand's flags.
 	flagCache map[string]map[string]bool
+	// notYet remembers probeNotYet's answers.
+	notYet map[string]string
 }
 
 // caseRun collects one case's evidence.
@@ -182,9 +184,37 @@ func (e *env) precheck(ctx context.Context, tc *testCase, c *caseRun) error {
 		if !fl[f] {
 			return skipError{fmt.Sprintf("skip: softib %s lacks -%s", key, f)}
 		}
+		if why := e.probeNotYet(ctx, tc.softib, f); why != "" {
+			return skipError{"skip: softib lacks it: " + why}
+		}
 	}
 	c.flags = fl
 	return nil
+}
+
+// probeNotYet asks softib once per command and flag whether the mode is
+// there: a tool that has the flag but refuses it ("not yet available")
+// does so at once, before any I/O. A tool that accepts it tries to reach a
+// peer that is not listening and is stopped after a few seconds. It
+// returns softib's refusal, or "" when the mode looks available.
+func (e *env) probeNotYet(ctx context.Context, cmd []string, flag string) string {
+	key := cmd[0] + " -" + flag
+	if e.notYet == nil {
+		e.notYet = map[string]string{}
+	}
+	if why, ok := e.notYet[key]; ok {
+		return why
+	}
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	args := append(append([]string{}, cmd...), "-"+flag, "--addr", e.vm.HostIP(), e.vm.GuestIP())
+	out, _ := e.vm.Command(pctx, e.sib.path, args...).CombinedOutput()
+	why := ""
+	if m := notYetRE.FindStringSubmatch(string(out)); m != nil {
+		why = strings.TrimSpace(m[1])
+	}
+	e.notYet[key] = why
+	return why
 }
 
 // saveArtifacts copies a case's pcap and logs to the artefact directory.

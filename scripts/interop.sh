@@ -43,14 +43,21 @@ mkdir -p "$art"
 
 echo "== interop: guest image"
 ti=$(date +%s)
-image=$(bash interop/image.sh)
+if ! image=$(bash interop/image.sh); then
+	echo "== interop: guest image build failed (log under ${INTEROP_CACHE:-/var/tmp/softib-interop})"
+	echo "0 passed, 1 failed"
+	exit 1
+fi
 echo "== interop: image $image ready in $(($(date +%s) - ti)) s"
 # Go tests that boot the guest themselves (e.g. rdmacm's kernel interop
 # tests) find the image through these.
 export INTEROP_IMAGE=$image SOFTIB_INTEROP_IMAGE=$image
 
 echo "== interop: building the suite"
-go build -o /tmp/softib-interop-suite ./interop/suite
+if ! go build -o /tmp/softib-interop-suite ./interop/suite; then
+	echo "0 passed, 1 failed"
+	exit 1
+fi
 
 # The suite tears the VM and namespace down itself on every exit path
 # (including SIGINT/SIGTERM); this trap catches what a hard kill leaves.

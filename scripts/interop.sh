@@ -44,7 +44,8 @@ mkdir -p "$art"
 echo "== interop: guest image"
 ti=$(date +%s)
 if ! image=$(bash interop/image.sh); then
-	echo "== interop: guest image build failed (log under ${INTEROP_CACHE:-/var/tmp/softib-interop})"
+	echo "== interop: guest image build failed; build log in $art"
+	cp "${INTEROP_CACHE:-/var/tmp/softib-interop}"/base-*/build.log "$art/" 2>/dev/null || true
 	echo "0 passed, 1 failed"
 	exit 1
 fi

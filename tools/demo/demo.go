@@ -167,7 +167,7 @@ func sweepTest(ctx context.Context, a, b verbs.Device, c *Config, t perftest.Tes
 		if c.Start != nil {
 			c.Start(label)
 		}
-		row, err := runOne(ctx, ra.Engine, rb.Engine, c, t, size)
+		row, err := runOne(ctx, ra.Engine, rb.Engine, c, t, size, pc.RxDepth)
 		if err != nil {
 			return rows, fmt.Errorf("%s %d bytes: %w", t, size, err)
 		}
@@ -179,10 +179,17 @@ func sweepTest(ctx context.Context, a, b verbs.Device, c *Config, t perftest.Tes
 	return rows, nil
 }
 
-func runOne(ctx context.Context, ea, eb *perftest.Engine, c *Config, t perftest.Test, size int) (perftest.Row, error) {
+// runOne runs one test at one size; rxCap is the QPs' receive queue size.
+func runOne(ctx context.Context, ea, eb *perftest.Engine, c *Config, t perftest.Test, size, rxCap int) (perftest.Row, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.RunTimeout)
 	defer cancel()
 	n := c.iters(t, size)
+	if t.Verb() == perftest.VerbSend {
+		// Every receive posted for this size must be consumed by it, or
+		// the next (larger) size lands in a too small buffer.
+		ea.RxDepth = min(rxCap, n)
+		eb.RxDepth = ea.RxDepth
+	}
 	if !t.IsLat() {
 		// Bound the bytes in flight (4 MiB): a loopback sweep gains
 		// nothing from deeper queues of large messages.

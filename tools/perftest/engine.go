@@ -28,7 +28,9 @@ type Engine struct {
 	Verb   Verb
 	Atomic AtomicOp
 	// TxDepth bounds the outstanding sends per QP; CQMod is the signaling
-	// interval; RxDepth the receives kept posted per QP.
+	// interval; RxDepth the receives kept posted per QP. Send tests must
+	// keep RxDepth at most their iteration count: a run then consumes
+	// every receive it posted, and the next size starts clean.
 	TxDepth, CQMod, RxDepth int
 	// Cycle and CacheLine shape the remote address walk of BW tests.
 	Cycle, CacheLine int

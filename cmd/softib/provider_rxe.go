@@ -1,0 +1,4 @@
+package main
+
+// The Soft-RoCE provider backs every device the tools open.
+import _ "softib/rxe"

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"softib/tools/loopaddr"
+	"softib/tools/perftest"
+	"softib/tools/pingpong"
+)
+
+// freePort returns a TCP port that was free a moment ago.
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
+}
+
+// runServerClient runs a tool's server and client and returns their exit
+// codes. The client retries until the server listens.
+func runServerClient(t *testing.T, run func([]string) int, args ...string) (srv, cli int) {
+	t.Helper()
+	port := freePort(t)
+	sargs := append([]string{"--addr", loopaddr.Next().String(), "-p", port}, args...)
+	cargs := append([]string{"--addr", loopaddr.Next().String(), "-p", port}, args...)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		srv = run(sargs)
+	}()
+	// Like the C tools, the client does not wait for the server: retry
+	// while the server is still starting.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if cli = run(append(cargs, "127.0.0.1")); cli == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	wg.Wait()
+	return srv, cli
+}
+
+func TestCLIEndToEnd(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		run  func([]string) int
+		args []string
+	}{
+		{"rc_pingpong", func(a []string) int { return runPingpong(pingpong.RC, a) }, []string{"-n", "20", "-s", "100", "-c"}},
+		{"ud_pingpong", func(a []string) int { return runPingpong(pingpong.UD, a) }, []string{"-n", "20", "-s", "100"}},
+		{"perf write_bw", func(a []string) int { return runPerf(perftest.WriteBW, a) }, []string{"-n", "50", "-s", "1000", "-x", "1"}},
+		{"perf send_lat", func(a []string) int { return runPerf(perftest.SendLat, a) }, []string{"-n", "20", "--json"}},
+		{"perf read_bw", func(a []string) int { return runPerf(perftest.ReadBW, a) }, []string{"-n", "20", "-s", "4096", "--json"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if s, cl := runServerClient(t, c.run, c.args...); s != 0 || cl != 0 {
+				t.Fatalf("exit codes server %d client %d", s, cl)
+			}
+		})
+	}
+	if code := runDevinfo([]string{"--addr", loopaddr.Next().String(), "-v"}); code != 0 {
+		t.Fatalf("devinfo exit %d", code)
+	}
+}
+
+func TestCLIDemoShort(t *testing.T) {
+	args := []string{"--short", "--json", "--addr-a", loopaddr.Next().String(), "--addr-b", loopaddr.Next().String()}
+	if code := runDemo(args); code != 0 {
+		t.Fatalf("demo exit %d", code)
+	}
+}

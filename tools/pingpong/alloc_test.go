@@ -13,7 +13,9 @@ func (fakeQP) PostRecv(wrs []verbs.RecvWR) (int, error) { return len(wrs), nil }
 
 type fakeMR struct{ verbs.MR }
 
-func (fakeMR) SGE(off, n int) verbs.SGE { return verbs.SGE{Addr: uint64(off), Length: uint32(n), LKey: 1} }
+func (fakeMR) SGE(off, n int) verbs.SGE {
+	return verbs.SGE{Addr: uint64(off), Length: uint32(n), LKey: 1}
+}
 
 func TestPostingAllocatesNothing(t *testing.T) {
 	for _, k := range []Kind{RC, UD} {

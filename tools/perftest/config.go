@@ -55,6 +55,7 @@ func Tests() []Test {
 	return []Test{WriteBW, ReadBW, SendBW, AtomicBW, WriteLat, ReadLat, SendLat, AtomicLat}
 }
 
+// String returns the test name, e.g. "write_bw".
 func (t Test) String() string {
 	if int(t) < len(testNames) {
 		return testNames[t]
@@ -103,6 +104,7 @@ const (
 	CmpAndSwap
 )
 
+// String returns perftest's name of the operation.
 func (a AtomicOp) String() string {
 	if a == CmpAndSwap {
 		return "CMP_AND_SWAP"

@@ -34,6 +34,7 @@ const (
 	UD
 )
 
+// String returns the tool name.
 func (k Kind) String() string {
 	if k == UD {
 		return "ud_pingpong"

@@ -18,12 +18,21 @@ func benchPair(b *testing.B, busy bool, bufSize int) (x, y *end) {
 	return pair(b, verbs.QPTypeRC, cfg, connOpts{mtu: verbs.MTU4096}, bufSize)
 }
 
-// pollSpin polls until it gets one completion, yielding between tries.
+// pollSpin waits for one completion: poll, arm, poll again, then block on
+// the completion channel. (Spinning with runtime.Gosched instead would
+// starve Go's netpoller, which then runs only from sysmon every ~10 ms.)
 func pollSpin(tb testing.TB, cq verbs.CQ, wc []verbs.WC) {
 	for {
 		n, err := cq.Poll(wc[:1])
 		if err != nil {
 			tb.Fatal(err)
+		}
+		if n == 0 {
+			cq.ReqNotify(false)
+			n, err = cq.Poll(wc[:1])
+			if err != nil {
+				tb.Fatal(err)
+			}
 		}
 		if n == 1 {
 			if wc[0].Status != verbs.WCSuccess {
@@ -31,7 +40,7 @@ func pollSpin(tb testing.TB, cq verbs.CQ, wc []verbs.WC) {
 			}
 			return
 		}
-		runtime.Gosched()
+		<-cq.Channel().C()
 	}
 }
 
@@ -92,15 +101,18 @@ func benchPingPong(b *testing.B, busy bool) {
 		for {
 			for {
 				n, _ := y.cq.Poll(wcy)
+				if n == 0 {
+					y.cq.ReqNotify(false)
+					n, _ = y.cq.Poll(wcy)
+				}
 				if n == 1 {
 					break
 				}
 				select {
 				case <-stop:
 					return
-				default:
+				case <-y.ch.C():
 				}
-				runtime.Gosched()
 			}
 			y.qp.PostRecv(ry)
 			y.qp.PostSend(sy)

@@ -40,6 +40,7 @@ type end struct {
 	dev *rxe.Device
 	pd  verbs.PD
 	cq  verbs.CQ
+	ch  *verbs.CompChannel
 	qp  verbs.QP
 	mr  verbs.MR
 	buf []byte
@@ -52,7 +53,8 @@ func newEnd(t testing.TB, d *rxe.Device, typ verbs.QPType, bufSize int) *end {
 	if e.pd, err = d.AllocPD(); err != nil {
 		t.Fatal(err)
 	}
-	if e.cq, err = d.CreateCQ(verbs.CQAttr{CQE: 4096}); err != nil {
+	e.ch = verbs.NewCompChannel(0)
+	if e.cq, err = d.CreateCQ(verbs.CQAttr{CQE: 4096, Channel: e.ch}); err != nil {
 		t.Fatal(err)
 	}
 	e.qp, err = e.pd.CreateQP(&verbs.QPInitAttr{Type: typ, SendCQ: e.cq, RecvCQ: e.cq,

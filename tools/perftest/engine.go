@@ -351,6 +351,10 @@ func (e *Engine) waitOne(ctx context.Context, w *rdmautil.Waiter) error {
 	return nil
 }
 
+// longSpin is how many polls of its buffer WriteLat makes before it
+// backs off to short sleeps.
+const longSpin = 1 << 16
+
 // loadByte reads memory that the provider's goroutines write under RDMA
 // WRITE, as write_lat polls its buffer. There is no Go synchronization to
 // tell the race detector about: the order comes from the peer's protocol.
@@ -385,7 +389,13 @@ func (e *Engine) WriteLat(ctx context.Context, size, iters int, client bool, dea
 						s.Iters = uint64(scnt)
 						return s, nil
 					}
-					runtime.Gosched()
+					if spins > longSpin {
+						// A peer this slow is not measured in
+						// microseconds: stop burning a shared core.
+						time.Sleep(20 * time.Microsecond)
+					} else {
+						runtime.Gosched()
+					}
 				}
 			}
 		}

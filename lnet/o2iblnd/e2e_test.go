@@ -87,13 +87,19 @@ func newNode(t testing.TB, cfg o2iblnd.Config) *node {
 
 func newNodeOn(t testing.TB, dev verbs.Device, m *rdmacm.Manager, a netip.Addr, cfg o2iblnd.Config) *node {
 	t.Helper()
+	return newNodeTun(t, dev, m, a, cfg, lnd.Tunables{})
+}
+
+// newNodeTun is newNodeOn with LNet tunables (credits) for the NI.
+func newNodeTun(t testing.TB, dev verbs.Device, m *rdmacm.Manager, a netip.Addr, cfg o2iblnd.Config, tun lnd.Tunables) *node {
+	t.Helper()
 	b := a.As4()
 	nid := lnetwire.MakeNID(lnetwire.MakeNet(lnetwire.O2IBLND, 0), uint32(b[0])<<24|uint32(b[1])<<16|uint32(b[2])<<8|uint32(b[3]))
 	cfg.CM = m
 	l := o2iblnd.New(cfg)
 	in, err := lnet.New(lnet.Config{
 		LNDs: []lnd.LND{l},
-		Nets: []lnet.NetConfig{{Net: nid.Net(), Addr: nid.Addr()}},
+		Nets: []lnet.NetConfig{{Net: nid.Net(), Addr: nid.Addr(), Tunables: tun}},
 		Log:  testLog,
 	})
 	if err != nil {

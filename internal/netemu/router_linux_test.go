@@ -1,0 +1,452 @@
+//go:build linux
+
+package netemu_test
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"io"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"softib/internal/netemu"
+)
+
+// Datagrams of the UDP tests: a 4-byte sequence number, a kind byte,
+// padding.
+const (
+	kindData   = 0
+	kindMarker = 1
+)
+
+// arrival is one datagram seen by the receiver.
+type arrival struct {
+	seq uint32
+	src netip.Addr
+}
+
+// udpFlow sends n numbered datagrams of size bytes from host from to
+// host to (IPv6 if v6), then calls between, then resends an end marker
+// until it arrives, and returns the data datagrams in arrival order.
+func udpFlow(t *testing.T, from, to *netemu.Host, v6 bool, n, size int, between func()) []arrival {
+	t.Helper()
+	srcIP, dstIP := from.Addr, to.Addr
+	if v6 {
+		srcIP, dstIP = from.Addr6, to.Addr6
+	}
+	var rx, tx *net.UDPConn
+	if err := to.Do(func() (err error) {
+		rx, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(dstIP, 4791)))
+		if err == nil {
+			err = rx.SetReadBuffer(8 << 20)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer rx.Close()
+	if err := from.Do(func() (err error) {
+		tx, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(srcIP, 0)))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close()
+	dst := net.UDPAddrFromAddrPort(netip.AddrPortFrom(dstIP, 4791))
+
+	done := make(chan []arrival, 1)
+	go func() {
+		var got []arrival
+		buf := make([]byte, size+100)
+		for {
+			k, src, err := rx.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				t.Errorf("read: %v", err)
+				done <- got
+				return
+			}
+			if k < 5 {
+				t.Errorf("short datagram of %d bytes", k)
+				continue
+			}
+			if buf[4] == kindMarker {
+				done <- got
+				return
+			}
+			got = append(got, arrival{binary.BigEndian.Uint32(buf), src.Addr().Unmap()})
+		}
+	}()
+
+	b := make([]byte, max(size, 5))
+	for i := range n {
+		binary.BigEndian.PutUint32(b, uint32(i))
+		b[4] = kindData
+		if _, err := tx.WriteTo(b, dst); err != nil {
+			t.Fatal(err)
+		}
+		if i%64 == 63 {
+			// Pace a little so that no socket buffer overflows: only the
+			// impairment should lose datagrams.
+			time.Sleep(500 * time.Microsecond)
+		}
+	}
+	if between != nil {
+		between()
+	}
+	b[4] = kindMarker
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	hang := time.After(15 * time.Second) // hang guard only
+	for {
+		if _, err := tx.WriteTo(b[:5], dst); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case got := <-done:
+			return got
+		case <-tick.C:
+		case <-hang:
+			t.Fatal("the end marker never arrived")
+		}
+	}
+}
+
+// settle waits until the router has taken n packets off the ingress
+// link in direction d, so that a later SetImpairment cannot catch
+// datagrams still in its socket buffer.
+func settle(t *testing.T, r *netemu.Router, d netemu.Dir, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second) // hang guard
+	for {
+		s := r.Stats()
+		got := s.AtoB.Received
+		if d == netemu.BtoA {
+			got = s.BtoA.Received
+		}
+		if got >= uint64(n) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("router received only %d of %d packets: %+v", got, n, s)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// outOfOrder counts arrivals with a lower sequence number than one seen
+// before, and duplicates.
+func outOfOrder(got []arrival) (late, dups int) {
+	seen := make(map[uint32]bool)
+	var high uint32
+	for i, a := range got {
+		if seen[a.seq] {
+			dups++
+			continue
+		}
+		seen[a.seq] = true
+		if i > 0 && a.seq < high {
+			late++
+		}
+		high = max(high, a.seq)
+	}
+	return late, dups
+}
+
+func TestUnimpaired(t *testing.T) {
+	r := netemu.New(t, netemu.Config{})
+	for _, c := range []struct {
+		name     string
+		from, to *netemu.Host
+		v6       bool
+	}{
+		{"AtoB", r.A, r.B, false},
+		{"BtoA", r.B, r.A, false},
+		{"AtoB6", r.A, r.B, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			const n = 2000
+			got := udpFlow(t, c.from, c.to, c.v6, n, 1200, nil)
+			if len(got) != n {
+				t.Fatalf("got %d of %d datagrams; stats %+v", len(got), n, r.Stats())
+			}
+			want := c.from.Addr
+			if c.v6 {
+				want = c.from.Addr6
+			}
+			for i, a := range got {
+				if a.seq != uint32(i) || a.src != want {
+					t.Fatalf("arrival %d: seq %d from %v, want seq %d from %v", i, a.seq, a.src, i, want)
+				}
+			}
+		})
+	}
+	s := r.Stats()
+	t.Logf("stats %+v", s)
+	if s.AtoB.Forwarded < 4000 || s.BtoA.Forwarded < 2000 {
+		t.Errorf("router forwarded too little: %+v", s)
+	}
+}
+
+func TestReorder(t *testing.T) {
+	r := netemu.New(t, netemu.Config{Seed: 1})
+	r.SetImpairment(netemu.AtoB, netemu.Impairment{Reorder: 0.2, ReorderGap: 3})
+	const n = 1000
+	got := udpFlow(t, r.A, r.B, false, n, 200, nil)
+	late, dups := outOfOrder(got)
+	s := r.Stats().AtoB
+	t.Logf("20%% reorder: %d of %d late, %d dups; stats %+v", late, len(got), dups, s)
+	if len(got) != n || dups != 0 {
+		t.Fatalf("reordering alone lost or duplicated: got %d of %d, %d dups", len(got), n, dups)
+	}
+	if late < n/10 || s.Held == 0 || s.Reordered == 0 {
+		t.Fatalf("too little reordering: %d late, stats %+v", late, s)
+	}
+}
+
+func TestDuplicate(t *testing.T) {
+	r := netemu.New(t, netemu.Config{Seed: 2})
+	r.SetImpairment(netemu.BtoA, netemu.Impairment{Duplicate: 0.1})
+	const n = 1000
+	got := udpFlow(t, r.B, r.A, false, n, 200, nil)
+	_, dups := outOfOrder(got)
+	s := r.Stats().BtoA
+	t.Logf("10%% duplication: %d arrivals for %d sent, %d dups; stats %+v", len(got), n, dups, s)
+	if dups < n/20 || dups != len(got)-n || s.Duplicated != uint64(dups) {
+		t.Fatalf("%d dups in %d arrivals, stats %+v", dups, len(got), s)
+	}
+}
+
+func TestLoss(t *testing.T) {
+	r := netemu.New(t, netemu.Config{Seed: 3})
+	r.SetImpairment(netemu.AtoB, netemu.Impairment{Loss: 0.2, Match: netemu.Filter{Proto: 17, Port: 4791}})
+	const n = 1000
+	got := udpFlow(t, r.A, r.B, false, n, 200, func() {
+		settle(t, r, netemu.AtoB, n)
+		r.SetImpairment(netemu.Both, netemu.Impairment{})
+	})
+	s := r.Stats().AtoB
+	t.Logf("20%% loss: %d of %d arrived; stats %+v", len(got), n, s)
+	if s.Dropped < n/10 || s.Dropped > n/2 || uint64(len(got)) != n-s.Dropped {
+		t.Fatalf("%d of %d arrived, stats %+v", len(got), n, s)
+	}
+}
+
+func TestCorrupt(t *testing.T) {
+	r := netemu.New(t, netemu.Config{Seed: 4})
+	r.SetImpairment(netemu.AtoB, netemu.Impairment{Corrupt: 1})
+	const n = 200
+	got := udpFlow(t, r.A, r.B, false, n, 200, func() {
+		settle(t, r, netemu.AtoB, n)
+		r.SetImpairment(netemu.AtoB, netemu.Impairment{})
+	})
+	s := r.Stats().AtoB
+	t.Logf("100%% corruption: %d of %d arrived; stats %+v", len(got), n, s)
+	// The receiver's kernel drops every datagram whose UDP checksum no
+	// longer matches; a flipped byte in the ports may still land one on
+	// our socket, but never intact.
+	if s.Corrupted < n || len(got) > n/20 {
+		t.Fatalf("%d of %d corrupted datagrams delivered, stats %+v", len(got), n, s)
+	}
+}
+
+// TestDelay checks that the round trip takes at least the emulated
+// delay of both directions (a lower bound, not a timing assertion).
+func TestDelay(t *testing.T) {
+	r := netemu.New(t, netemu.Config{})
+	const delay = 5 * time.Millisecond
+	r.SetImpairment(netemu.Both, netemu.Impairment{Delay: delay, Jitter: time.Millisecond})
+	var a, b *net.UDPConn
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(r.B.Do(func() (err error) {
+		b, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(r.B.Addr, 7)))
+		return err
+	}))
+	defer b.Close()
+	must(r.A.Do(func() (err error) { a, err = net.ListenUDP("udp", nil); return err }))
+	defer a.Close()
+	go func() { // echo server
+		buf := make([]byte, 100)
+		for {
+			n, src, err := b.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			b.WriteToUDPAddrPort(buf[:n], src)
+		}
+	}()
+	buf := make([]byte, 100)
+	for i := range 10 {
+		start := time.Now()
+		_, err := a.WriteToUDPAddrPort([]byte{byte(i)}, netip.AddrPortFrom(r.B.Addr, 7))
+		must(err)
+		must(a.SetReadDeadline(time.Now().Add(5 * time.Second))) // hang guard
+		_, _, err = a.ReadFromUDPAddrPort(buf)
+		must(err)
+		if rtt := time.Since(start); rtt < 2*(delay-time.Millisecond) {
+			t.Fatalf("round trip %v, below the emulated minimum %v", rtt, 2*(delay-time.Millisecond))
+		}
+	}
+}
+
+// TestTCPTransfer moves a few MiB over kernel TCP through loss,
+// reordering, duplication and delay, and checks it arrives intact.
+func TestTCPTransfer(t *testing.T) {
+	r := netemu.New(t, netemu.Config{Seed: 5})
+	size := 4 << 20
+	if testing.Short() {
+		size = 1 << 20
+	}
+	r.SetImpairment(netemu.AtoB, netemu.Impairment{
+		Loss: 0.1, Reorder: 0.1, Duplicate: 0.02, Delay: time.Millisecond, Jitter: 200 * time.Microsecond,
+	})
+	r.SetImpairment(netemu.BtoA, netemu.Impairment{Loss: 0.02, Delay: time.Millisecond})
+	data := make([]byte, size)
+	rand.Read(data)
+
+	var ln net.Listener
+	if err := r.B.Do(func() (err error) {
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(r.B.Addr, 5000).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	sum := make(chan [32]byte, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			t.Error(err)
+			sum <- [32]byte{}
+			return
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(18 * time.Second)) // hang guard
+		h := sha256.New()
+		n, err := io.Copy(h, c)
+		if err != nil || n != int64(size) {
+			t.Errorf("received %d of %d bytes: %v", n, size, err)
+		}
+		sum <- [32]byte(h.Sum(nil))
+	}()
+	var c net.Conn
+	if err := r.A.Do(func() (err error) {
+		d := net.Dialer{Timeout: 10 * time.Second}
+		c, err = d.Dial("tcp", netip.AddrPortFrom(r.B.Addr, 5000).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	c.SetDeadline(time.Now().Add(18 * time.Second))
+	if _, err := c.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	got := <-sum
+	elapsed := time.Since(start)
+	s := r.Stats()
+	t.Logf("%d MiB in %v (%.1f MB/s); AtoB %+v", size>>20, elapsed, float64(size)/elapsed.Seconds()/1e6, s.AtoB)
+	if got != sha256.Sum256(data) {
+		t.Fatal("data corrupted in transit")
+	}
+	if s.AtoB.Dropped == 0 || s.AtoB.Held == 0 {
+		t.Fatalf("impairment not applied: %+v", s.AtoB)
+	}
+}
+
+// TestTTL checks that the router decrements the TTL: a datagram sent
+// with TTL 1 is dropped there.
+func TestTTL(t *testing.T) {
+	r := netemu.New(t, netemu.Config{NoIPv6: true})
+	var tx *net.UDPConn
+	if err := r.A.Do(func() (err error) { tx, err = net.ListenUDP("udp", nil); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close()
+	rc, err := tx.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.Control(func(fd uintptr) { err = setTTL(int(fd), 1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.WriteToUDPAddrPort([]byte("x"), netip.AddrPortFrom(r.B.Addr, 9)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second) // hang guard
+	for r.Stats().AtoB.TTLExpired == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no TTL drop: %+v", r.Stats().AtoB)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func setTTL(fd, ttl int) error { return unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_TTL, ttl) }
+
+// BenchmarkForward measures the router's forwarding rate: the sender
+// blasts 64-byte UDP datagrams; delivered/s is what reached B.
+func BenchmarkForward(b *testing.B) {
+	r := netemu.New(b, netemu.Config{NoIPv6: true})
+	var rx, tx *net.UDPConn
+	if err := r.B.Do(func() (err error) {
+		rx, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(r.B.Addr, 4791)))
+		if err == nil {
+			err = rx.SetReadBuffer(16 << 20)
+		}
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	defer rx.Close()
+	if err := r.A.Do(func() (err error) { tx, err = net.ListenUDP("udp", nil); return err }); err != nil {
+		b.Fatal(err)
+	}
+	defer tx.Close()
+	count := make(chan int, 1)
+	go func() {
+		buf := make([]byte, 100)
+		n := 0
+		for {
+			k, err := rx.Read(buf)
+			if err != nil {
+				count <- n
+				return
+			}
+			if k == 64 {
+				n++
+			}
+		}
+	}()
+	dst := netip.AddrPortFrom(r.B.Addr, 4791)
+	msg := make([]byte, 64)
+	start := time.Now()
+	for b.Loop() {
+		if _, err := tx.WriteToUDPAddrPort(msg, dst); err != nil {
+			b.Fatal(err)
+		}
+	}
+	sent := b.N
+	for r.Queued() > 0 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // let the receiver catch up
+	elapsed := time.Since(start)
+	rx.Close()
+	got := <-count
+	s := r.Stats().AtoB
+	b.ReportMetric(float64(got)/elapsed.Seconds(), "delivered/s")
+	b.ReportMetric(float64(s.Forwarded)/elapsed.Seconds(), "forwarded/s")
+	b.ReportMetric(1-float64(got)/float64(sent), "loss")
+}

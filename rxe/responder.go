@@ -287,7 +287,10 @@ func (q *QP) execute(p *packet) (nakKind, int) {
 	op := p.op
 	switch {
 	case op.Is(roce.MaskSend):
-		if !r.inSend {
+		if !r.inSend && r.haveRWQE {
+			// Left over from a UC message that lost packets: reuse.
+			r.rlen = 0
+		} else if !r.inSend {
 			ok, st := q.takeRWQE()
 			if !ok {
 				if q.typ == verbs.QPTypeUC {

@@ -177,8 +177,8 @@ func BenchmarkUDPPingPong(b *testing.B) {
 // TestZeroAllocs checks that the steady-state data path (post, packets
 // out, packets in on both devices, ACKs, completions) allocates nothing.
 func TestZeroAllocs(t *testing.T) {
-	if testing.Short() {
-		t.Skip("short")
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under -race (sync.Pool drops items)")
 	}
 	x, y := pair(t, verbs.QPTypeRC, rxe.Config{DeviceConfig: verbs.DeviceConfig{NetMTU: 9000}}, connOpts{mtu: verbs.MTU4096}, 1<<16)
 	wc := make([]verbs.WC, 1)
@@ -202,18 +202,13 @@ func TestZeroAllocs(t *testing.T) {
 	for range 50 {
 		round() // warm pools and rings
 	}
-	a := testing.AllocsPerRun(200, round)
-	t.Logf("x %v\ny %v", x.dev.Stats(), y.dev.Stats())
-	if a != 0 {
+	if a := testing.AllocsPerRun(200, round); a != 0 {
 		t.Fatalf("%v allocations per WRITE+READ+SEND round", a)
 	}
 }
 
 // TestIdleQPMemory checks the cost of 1,000 idle RC QPs in RTS.
 func TestIdleQPMemory(t *testing.T) {
-	if testing.Short() {
-		t.Skip("short")
-	}
 	d := openDev(t, rxe.Config{})
 	pd, _ := d.AllocPD()
 	cq, _ := d.CreateCQ(verbs.CQAttr{CQE: 16})

@@ -1,0 +1,5 @@
+//go:build !race
+
+package rxe_test
+
+const raceEnabled = false

@@ -14,6 +14,7 @@ import (
 
 	"softib/lnet"
 	"softib/lnet/lnd"
+	"softib/lnet/selftest"
 	"softib/lnet/socklnd"
 	"softib/wire/lnetwire"
 )
@@ -41,6 +42,7 @@ type Daemon struct {
 	sock *socklnd.LND
 	lnds []lnd.LND // every network LND offered (sock first)
 	test *testService
+	st   *selftest.Service // lnet_selftest node side (softib lst)
 
 	// mu guards the stored configuration below.
 	mu      sync.Mutex
@@ -93,6 +95,10 @@ func New(opts Options) (*Daemon, error) {
 		}
 		log.Info("lnetd: echo test service up", "portal", tp, "slots", slots)
 	}
+	if d.st, err = selftest.NewService(in, selftest.Config{Log: log}); err != nil {
+		d.Close()
+		return nil, err
+	}
 	for i, n := range cfg.Nets {
 		if err := d.addNet(n, fmt.Sprintf("net[%d]", i)); err != nil {
 			d.Close()
@@ -121,6 +127,9 @@ func (d *Daemon) Close() {
 	d.mu.Unlock()
 	if d.test != nil {
 		d.test.stop()
+	}
+	if d.st != nil {
+		d.st.Close()
 	}
 	d.in.Close()
 	d.log.Info("lnetd: LNet stopped")

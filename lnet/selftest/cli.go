@@ -1,0 +1,838 @@
+package selftest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"softib/lnet"
+	"softib/lnet/lnd"
+	"softib/lnet/socklnd"
+	"softib/wire/lnetwire"
+)
+
+const lstUsage = `usage: softib lst [--session FILE] <command> [flags] [args]
+
+Session (kept in FILE between invocations):
+  new_session NAME [--timeout 300] [--force] [--if ADDR] [--port 988] [--net tcp] [--rpc-timeout 10]
+  show_session
+  end_session
+  add_group NAME NID... (ranges: 192.168.1.[2-5]@tcp)
+  list_group [NAME]
+  add_batch NAME
+  list_batch [NAME]
+  add_test --batch B --from G --to G [--concurrency N] [--distribute a:b] [--loop N]
+           brw read|write [size=4K..1M] [check=none|simple|full]  |  ping
+  run B | stop B | query B
+  stat [--delay 1] [--count 0] [--json] GROUP...
+
+One-shot (no session file; exits 1 on any RPC error or data mismatch):
+  quick --from NIDS --to NIDS [--seconds 5] [--delay 1] [--concurrency N]
+        [--distribute a:b] [--json] [--force] [--if ADDR] [--port 988]
+        brw read|write size=1M check=full  |  ping
+
+The session file defaults to $XDG_RUNTIME_DIR/softib/lst-$LST_SESSION.json
+(else /tmp/softib-$UID/...; LST_SESSION defaults to "default"). Nodes are
+lnetd instances (their selftest service); lst talks LNet to them from a
+short-lived LNet node of its own (--if picks its address; default: the
+address the kernel routes towards the first node).
+`
+
+// lst is one invocation.
+type lst struct {
+	out, errw io.Writer
+	path      string
+	log       *slog.Logger
+}
+
+// RunLst is `softib lst`. It returns the exit code: 0 success, 1 a failed
+// operation (or, for quick and stat, any RPC error), 2 a bad command line.
+func RunLst(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	l := &lst{out: stdout, errw: stderr, path: defaultSessionPath(),
+		log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))}
+	for len(args) > 0 && strings.HasPrefix(args[0], "-") {
+		a := args[0]
+		switch {
+		case a == "--session" || a == "-session":
+			if len(args) < 2 {
+				return l.usage("--session needs a file")
+			}
+			l.path, args = args[1], args[2:]
+		case strings.HasPrefix(a, "--session="):
+			l.path, args = strings.TrimPrefix(a, "--session="), args[1:]
+		case a == "-h" || a == "--help":
+			fmt.Fprint(stderr, lstUsage)
+			return 0
+		default:
+			return l.usage("unknown flag %q", a)
+		}
+	}
+	if len(args) == 0 {
+		fmt.Fprint(stderr, lstUsage)
+		return 2
+	}
+	cmd, args := args[0], args[1:]
+	switch cmd {
+	case "help":
+		fmt.Fprint(stderr, lstUsage)
+		return 0
+	case "new_session":
+		return l.newSession(args)
+	case "show_session":
+		return l.showSession()
+	case "end_session":
+		return l.endSession(ctx)
+	case "add_group":
+		return l.addGroup(ctx, args)
+	case "list_group":
+		return l.listGroup(ctx, args)
+	case "add_batch":
+		return l.addBatch(args)
+	case "list_batch":
+		return l.listBatch(args)
+	case "add_test":
+		return l.addTest(ctx, args)
+	case "run", "stop", "query":
+		return l.batchCmd(ctx, cmd, args)
+	case "stat":
+		return l.stat(ctx, args)
+	case "quick":
+		return l.quick(ctx, args)
+	}
+	return l.usage("unknown command %q", cmd)
+}
+
+func (l *lst) usage(format string, a ...any) int {
+	fmt.Fprintf(l.errw, "lst: "+format+"\n", a...)
+	fmt.Fprintf(l.errw, "run `softib lst help` for the commands\n")
+	return 2
+}
+
+func (l *lst) fail(err error) int {
+	fmt.Fprintf(l.errw, "lst: %v\n", err)
+	return 1
+}
+
+// defaultSessionPath is where the console session is kept.
+func defaultSessionPath() string {
+	if p := os.Getenv("LST_SESSION_FILE"); p != "" {
+		return p
+	}
+	key := os.Getenv("LST_SESSION")
+	if key == "" {
+		key = "default"
+	}
+	dir := filepath.Join(os.TempDir(), "softib-"+strconv.Itoa(os.Getuid()))
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		dir = filepath.Join(d, "softib")
+	}
+	return filepath.Join(dir, "lst-"+filepath.Base(key)+".json")
+}
+
+// parseFlags parses fs with flags and positional arguments mixed.
+func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+func (l *lst) flags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet("lst "+name, flag.ContinueOnError)
+	fs.SetOutput(l.errw)
+	return fs
+}
+
+func (l *lst) load() (*State, error) {
+	b, err := os.ReadFile(l.path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("no session (%s missing): start one with `softib lst new_session NAME`", l.path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var st State
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("session file %s: %v", l.path, err)
+	}
+	return &st, nil
+}
+
+func (l *lst) save(st *State) error {
+	if err := os.MkdirAll(filepath.Dir(l.path), 0o700); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := l.path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, l.path)
+}
+
+// ConsoleNode starts the console's own LNet node: one tcp NI on addr (or
+// the local address routed towards toward), no acceptor (replies come back
+// on its own connections), dialling nodes on port.
+func ConsoleNode(netName, addr string, port int, toward lnetwire.NID, log *slog.Logger) (*lnet.Instance, lnetwire.NID, error) {
+	if netName == "" {
+		netName = "tcp"
+	}
+	nt, err := lnetwire.ParseNet(netName)
+	if err != nil {
+		return nil, 0, err
+	}
+	if nt.Type() != lnetwire.SOCKLND {
+		return nil, 0, fmt.Errorf("the lst console runs on tcp nets only (got %s)", nt)
+	}
+	if port == 0 {
+		port = socklnd.DefaultAcceptPort
+	}
+	var ip netip.Addr
+	if addr != "" {
+		if ip, err = netip.ParseAddr(addr); err != nil || !ip.Is4() {
+			return nil, 0, fmt.Errorf("--if %q: want an IPv4 address", addr)
+		}
+	} else {
+		a := toward.Addr()
+		dst := netip.AddrFrom4([4]byte{byte(a >> 24), byte(a >> 16), byte(a >> 8), byte(a)})
+		// A UDP "connection" sends nothing: it asks the kernel which
+		// source address the route to the node uses.
+		c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, uint16(port))))
+		if err != nil {
+			return nil, 0, fmt.Errorf("no route to %v: %v (give --if)", toward, err)
+		}
+		ip = c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap()
+		c.Close()
+	}
+	b := ip.As4()
+	nid := lnetwire.MakeNID(nt, binary.BigEndian.Uint32(b[:]))
+	in, err := lnet.New(lnet.Config{
+		LNDs: []lnd.LND{socklnd.New(socklnd.Config{})},
+		Nets: []lnet.NetConfig{{Net: nt, Addr: nid.Addr(), Interfaces: []string{ip.String()},
+			LNDConfig: socklnd.Config{AcceptPort: port, Accept: socklnd.AcceptNone}}},
+		Log: log,
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("starting the console's LNet node on %v: %v", nid, err)
+	}
+	return in, nid, nil
+}
+
+// console loads the session and starts the console node; toward names a
+// node to route to when the session has no address yet.
+func (l *lst) console(st *State, toward lnetwire.NID) (*Console, func(), error) {
+	if toward == 0 {
+		if all := (&Console{State: st}).AllNodes(); len(all) > 0 {
+			toward = all[0]
+		} else {
+			toward = lnetwire.MustParseNID("127.0.0.1@tcp")
+		}
+	}
+	in, nid, err := ConsoleNode(st.Net, st.If, st.Port, toward, l.log)
+	if err != nil {
+		return nil, nil, err
+	}
+	if st.Console == "" {
+		st.Console = nid.String()
+	}
+	if st.If == "" {
+		a := nid.Addr()
+		st.If = netip.AddrFrom4([4]byte{byte(a >> 24), byte(a >> 16), byte(a >> 8), byte(a)}).String()
+	}
+	return NewConsole(in, st, l.log), func() { in.Close() }, nil
+}
+
+func randomStamp() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:]) | 1
+}
+
+func (l *lst) newSession(args []string) int {
+	fs := l.flags("new_session")
+	timeout := fs.Int("timeout", 300, "seconds without console contact after which nodes end the session (0: never)")
+	force := fs.Bool("force", false, "take nodes away from another console's session")
+	ifAddr := fs.String("if", "", "console's IPv4 address (default: the source address towards the first node)")
+	port := fs.Int("port", socklnd.DefaultAcceptPort, "nodes' acceptor port")
+	netName := fs.String("net", "tcp", "console's LNet network")
+	rpcTimeout := fs.Int("rpc-timeout", 10, "seconds to wait for each node's reply")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return 2
+	}
+	if len(pos) != 1 {
+		return l.usage("new_session NAME")
+	}
+	if err := checkName("session", pos[0]); err != nil {
+		return l.usage("%v", err)
+	}
+	if st, err := l.load(); err == nil {
+		return l.fail(fmt.Errorf("session %q is active (%s): end_session first", st.Name, l.path))
+	}
+	st := &State{Name: pos[0], Stamp: randomStamp(), Timeout: *timeout, Force: *force, Net: *netName, If: *ifAddr,
+		Port: *port, RPCTimeout: *rpcTimeout, Groups: []Group{}, Batches: []Batch{}}
+	if err := l.save(st); err != nil {
+		return l.fail(err)
+	}
+	fmt.Fprintf(l.out, "SESSION: %s FEATURES: 0 TIMEOUT: %d FORCE: %s\n", st.Name, st.Timeout, yesNo(st.Force))
+	return 0
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "Yes"
+	}
+	return "No"
+}
+
+func (l *lst) showSession() int {
+	st, err := l.load()
+	if err != nil {
+		return l.fail(err)
+	}
+	fmt.Fprintf(l.out, "%s ID: %x@%s, KEY: %s FEATURES: 0 TIMEOUT: %d FORCE: %s\n", st.Name, st.Stamp, st.Console,
+		l.path, st.Timeout, yesNo(st.Force))
+	return 0
+}
+
+func (l *lst) endSession(ctx context.Context) int {
+	st, err := l.load()
+	if err != nil {
+		return l.fail(err)
+	}
+	code := 0
+	if len(st.Groups) > 0 {
+		c, done, err := l.console(st, 0)
+		if err != nil {
+			return l.fail(err)
+		}
+		defer done()
+		for _, r := range c.End(ctx) {
+			if r.Err != nil {
+				fmt.Fprintf(l.errw, "lst: %v did not leave the session: %v\n", r.NID, r.Err)
+				code = 1
+			}
+		}
+	}
+	if err := os.Remove(l.path); err != nil {
+		return l.fail(err)
+	}
+	fmt.Fprintf(l.out, "session %s ended\n", st.Name)
+	return code
+}
+
+func (l *lst) addGroup(ctx context.Context, args []string) int {
+	if len(args) < 2 {
+		return l.usage("add_group NAME NID...")
+	}
+	nids, err := ParseNIDs(args[1:])
+	if err != nil {
+		return l.usage("%v", err)
+	}
+	st, err := l.load()
+	if err != nil {
+		return l.fail(err)
+	}
+	c, done, err := l.console(st, nids[0])
+	if err != nil {
+		return l.fail(err)
+	}
+	defer done()
+	res, err := c.AddGroup(ctx, args[0], nids)
+	for _, r := range res {
+		if r.Err == nil {
+			fmt.Fprintf(l.out, "%v are added to session\n", r.NID)
+		}
+	}
+	if err != nil {
+		return l.fail(err)
+	}
+	if err := l.save(st); err != nil {
+		return l.fail(err)
+	}
+	return 0
+}
+
+func (l *lst) listGroup(ctx context.Context, args []string) int {
+	st, err := l.load()
+	if err != nil {
+		return l.fail(err)
+	}
+	if len(args) == 0 {
+		for i, g := range st.Groups {
+			fmt.Fprintf(l.out, "%d) %s\n", i+1, g.Name)
+		}
+		fmt.Fprintf(l.out, "Total %d groups\n", len(st.Groups))
+		return 0
+	}
+	c, done, err := l.console(st, 0)
+	if err != nil {
+		return l.fail(err)
+	}
+	defer done()
+	code := 0
+	for _, name := range args {
+		nids, err := c.GroupNIDs(name)
+		if err != nil {
+			return l.fail(err)
+		}
+		active := 0
+		for _, r := range c.Stat(ctx, nids) {
+			state := "Active"
+			var se *StatusError
+			switch {
+			case errors.As(r.Err, &se):
+				state, code = "Busy (not in this session)", 1
+			case r.Err != nil:
+				state, code = "Down ("+r.Err.Error()+")", 1
+			default:
+				active++
+			}
+			fmt.Fprintf(l.out, "\t%s\t%s\n", r.NID, state)
+		}
+		fmt.Fprintf(l.out, "Total %d nodes, %d active\n", len(nids), active)
+	}
+	return code
+}
+
+func (l *lst) addBatch(args []string) int {
+	if len(args) != 1 {
+		return l.usage("add_batch NAME")
+	}
+	st, err := l.load()
+	if err != nil {
+		return l.fail(err)
+	}
+	c := &Console{State: st}
+	if err := c.AddBatch(args[0]); err != nil {
+		return l.fail(err)
+	}
+	if err := l.save(st); err != nil {
+		return l.fail(err)
+	}
+	return 0
+}
+
+func (l *lst) listBatch(args []string) int {
+	st, err := l.load()
+	if err != nil {
+		return l.fail(err)
+	}
+	for i, b := range st.Batches {
+		if len(args) > 0 && args[0] != b.Name {
+			continue
+		}
+		fmt.Fprintf(l.out, "%d) %s (%d tests)\n", i+1, b.Name, len(b.Tests))
+		if len(args) > 0 {
+			for _, t := range b.Tests {
+				fmt.Fprintf(l.out, "\ttest %d: %s\n", t.Index, t)
+			}
+		}
+	}
+	return 0
+}
+
+func (l *lst) addTest(ctx context.Context, args []string) int {
+	fs := l.flags("add_test")
+	batch := fs.String("batch", "", "batch to add the test to")
+	from := fs.String("from", "", "client group")
+	to := fs.String("to", "", "server group")
+	conc := fs.Int("concurrency", 1, "outstanding RPCs per client (1..1024)")
+	dist := fs.String("distribute", "1:1", "client:server mapping a:b (numbers or N)")
+	loop := fs.Int("loop", -1, "RPCs per client (-1: until stop)")
+	// The test part ("brw write size=1M") is positional; stop flag
+	// parsing at the test name so size=... is not taken for a flag.
+	var testArgs []string
+	for i, a := range args {
+		if a == "brw" || a == "ping" {
+			args, testArgs = args[:i], args[i:]
+			break
+		}
+	}
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return 2
+	}
+	if len(pos) > 0 {
+		return l.usage("unexpected %q before the test (brw ... or ping)", pos)
+	}
+	if *batch == "" || *from == "" || *to == "" {
+		return l.usage("add_test needs --batch, --from and --to")
+	}
+	spec, err := ParseTestArgs(testArgs)
+	if err != nil {
+		return l.usage("%v", err)
+	}
+	if _, err := ParseDist(*dist); err != nil {
+		return l.usage("%v", err)
+	}
+	if *loop == 0 {
+		return l.usage("--loop 0: give a positive count or -1")
+	}
+	spec.From, spec.To, spec.Concurrency, spec.Distribute, spec.Loop = *from, *to, *conc, *dist, *loop
+	st, err := l.load()
+	if err != nil {
+		return l.fail(err)
+	}
+	c, done, err := l.console(st, 0)
+	if err != nil {
+		return l.fail(err)
+	}
+	defer done()
+	if err := c.AddTest(ctx, *batch, spec); err != nil {
+		return l.fail(err)
+	}
+	if err := l.save(st); err != nil {
+		return l.fail(err)
+	}
+	b, _ := c.Batch(*batch)
+	fmt.Fprintf(l.out, "Test was added successfully (batch %s, test %d)\n", *batch, len(b.Tests))
+	return 0
+}
+
+func (l *lst) batchCmd(ctx context.Context, cmd string, args []string) int {
+	if len(args) != 1 {
+		return l.usage("%s BATCH", cmd)
+	}
+	st, err := l.load()
+	if err != nil {
+		return l.fail(err)
+	}
+	c, done, err := l.console(st, 0)
+	if err != nil {
+		return l.fail(err)
+	}
+	defer done()
+	opc := map[string]uint32{"run": BatchRun, "stop": BatchStop, "query": BatchQuery}[cmd]
+	res, err := c.BatchOp(ctx, args[0], opc)
+	active := 0
+	for _, r := range res {
+		active += int(r.Rep.Active)
+	}
+	switch cmd {
+	case "run":
+		if err == nil {
+			fmt.Fprintf(l.out, "%s is running now\n", args[0])
+		}
+	case "stop":
+		if err == nil {
+			fmt.Fprintf(l.out, "%s is stopped now\n", args[0])
+		}
+	case "query":
+		for _, r := range res {
+			if r.Err == nil {
+				fmt.Fprintf(l.out, "\t%s\tactive test instances: %d\n", r.NID, r.Rep.Active)
+			}
+		}
+		state := "idle"
+		if active > 0 {
+			state = "running"
+		}
+		fmt.Fprintf(l.out, "Batch %s is %s\n", args[0], state)
+	}
+	if err != nil {
+		return l.fail(err)
+	}
+	return 0
+}
+
+// statLoop samples the groups every delay, count times (0: until ctx
+// ends), and reports each interval. It returns the last stats per group
+// and whether any node was unreachable.
+func statLoop(ctx context.Context, c *Console, groups []string, delay time.Duration, count int, report func([]GroupStats)) ([]GroupStats, error) {
+	var all []lnetwire.NID
+	members := make([][]lnetwire.NID, len(groups))
+	for i, g := range groups {
+		nids, err := c.GroupNIDs(g)
+		if err != nil {
+			return nil, err
+		}
+		members[i] = nids
+		for _, n := range nids {
+			if _, dup := indexNID(all, n); !dup {
+				all = append(all, n)
+			}
+		}
+	}
+	prev := TakeSample(c.Stat(ctx, all))
+	var last []GroupStats
+	for i := 0; count == 0 || i < count; i++ {
+		select {
+		case <-ctx.Done():
+			return last, nil
+		case <-time.After(delay):
+		}
+		cur := TakeSample(c.Stat(ctx, all))
+		last = last[:0:0]
+		for gi, g := range groups {
+			last = append(last, ComputeGroup(g, members[gi], prev, cur))
+		}
+		report(last)
+		prev = cur
+	}
+	return last, nil
+}
+
+func indexNID(s []lnetwire.NID, n lnetwire.NID) (int, bool) {
+	for i, x := range s {
+		if x == n {
+			return i, true
+		}
+	}
+	return -1, false
+}
+
+func (l *lst) stat(ctx context.Context, args []string) int {
+	fs := l.flags("stat")
+	delay := fs.Float64("delay", 1, "seconds between samples")
+	count := fs.Int("count", 0, "samples to print (0: until interrupted)")
+	asJSON := fs.Bool("json", false, "print each sample as one JSON line")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return 2
+	}
+	if len(pos) == 0 {
+		return l.usage("stat GROUP...")
+	}
+	if *delay <= 0 {
+		return l.usage("--delay must be positive")
+	}
+	st, err := l.load()
+	if err != nil {
+		return l.fail(err)
+	}
+	c, done, err := l.console(st, 0)
+	if err != nil {
+		return l.fail(err)
+	}
+	defer done()
+	bad := false
+	_, err = statLoop(ctx, c, pos, time.Duration(*delay*float64(time.Second)), *count, func(gs []GroupStats) {
+		if *asJSON {
+			b, _ := json.Marshal(map[string]any{"time": time.Now().Format(time.RFC3339Nano), "groups": gs})
+			fmt.Fprintf(l.out, "%s\n", b)
+		}
+		for i := range gs {
+			if !*asJSON {
+				gs[i].Format(l.out)
+			}
+			if gs[i].Down > 0 || gs[i].Errors > 0 {
+				bad = true
+			}
+		}
+	})
+	if err != nil {
+		return l.fail(err)
+	}
+	if bad {
+		return 1
+	}
+	return 0
+}
+
+// QuickResult is the JSON document of `lst quick --json`.
+type QuickResult struct {
+	Test     TestSpec       `json:"test"`
+	Clients  []string       `json:"clients"`
+	Servers  []string       `json:"servers"`
+	Seconds  float64        `json:"seconds"`
+	Samples  [][]GroupStats `json:"samples"`
+	RPCs     uint64         `json:"rpcs"`        // test RPCs completed by the clients
+	RPCRate  float64        `json:"rpcs_per_s"`  // over the whole run
+	MiBRate  float64        `json:"mib_per_s"`   // brw payload over the whole run
+	Errors   uint64         `json:"errors"`      // RPC errors on all nodes
+	BRWErr   uint64         `json:"brw_errors"`  // data mismatches and failed brw RPCs
+	Down     []string       `json:"unreachable"` // nodes that stopped answering
+	OK       bool           `json:"ok"`
+	Problems []string       `json:"problems,omitempty"`
+}
+
+func (l *lst) quick(ctx context.Context, args []string) int {
+	fs := l.flags("quick")
+	from := fs.String("from", "", "client NIDs (comma or blank separated; ranges like 127.0.0.[2-3]@tcp)")
+	to := fs.String("to", "", "server NIDs")
+	seconds := fs.Float64("seconds", 5, "how long to run")
+	delay := fs.Float64("delay", 1, "seconds between stat reports")
+	conc := fs.Int("concurrency", 1, "outstanding RPCs per client")
+	dist := fs.String("distribute", "1:1", "client:server mapping a:b")
+	asJSON := fs.Bool("json", false, "print one JSON document instead of the tables")
+	force := fs.Bool("force", false, "take nodes from another console's session")
+	ifAddr := fs.String("if", "", "console's IPv4 address")
+	port := fs.Int("port", socklnd.DefaultAcceptPort, "nodes' acceptor port")
+	netName := fs.String("net", "tcp", "console's LNet network")
+	rpcTimeout := fs.Int("rpc-timeout", 10, "seconds to wait for a node's reply (and each test RPC on the nodes is bounded by their own timeout)")
+	var testArgs []string
+	for i, a := range args {
+		if a == "brw" || a == "ping" {
+			args, testArgs = args[:i], args[i:]
+			break
+		}
+	}
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return 2
+	}
+	if len(pos) > 0 {
+		return l.usage("unexpected %q", pos)
+	}
+	if *from == "" || *to == "" {
+		return l.usage("quick needs --from and --to")
+	}
+	spec, err := ParseTestArgs(testArgs)
+	if err != nil {
+		return l.usage("%v", err)
+	}
+	if _, err := ParseDist(*dist); err != nil {
+		return l.usage("%v", err)
+	}
+	if *seconds <= 0 || *delay <= 0 {
+		return l.usage("--seconds and --delay must be positive")
+	}
+	split := func(s string) []string {
+		return strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' })
+	}
+	clients, err := ParseNIDs(split(*from))
+	if err != nil {
+		return l.usage("--from: %v", err)
+	}
+	servers, err := ParseNIDs(split(*to))
+	if err != nil {
+		return l.usage("--to: %v", err)
+	}
+	if len(clients) == 0 || len(servers) == 0 {
+		return l.usage("--from and --to need NIDs")
+	}
+	st := &State{Name: "quick", Stamp: randomStamp(), Timeout: int(*seconds) + 60, Force: *force, Net: *netName,
+		If: *ifAddr, Port: *port, RPCTimeout: *rpcTimeout}
+	c, done, err := l.console(st, servers[0])
+	if err != nil {
+		return l.fail(err)
+	}
+	defer done()
+	res := QuickResult{}
+	problem := func(format string, a ...any) { res.Problems = append(res.Problems, fmt.Sprintf(format, a...)) }
+	spec.From, spec.To, spec.Concurrency, spec.Distribute, spec.Loop = "clients", "servers", *conc, *dist, -1
+	setup := func() error {
+		if _, err := c.AddGroup(ctx, "clients", clients); err != nil {
+			return err
+		}
+		if _, err := c.AddGroup(ctx, "servers", servers); err != nil {
+			return err
+		}
+		if err := c.AddBatch("quick"); err != nil {
+			return err
+		}
+		if err := c.AddTest(ctx, "quick", spec); err != nil {
+			return err
+		}
+		_, err := c.BatchOp(ctx, "quick", BatchRun)
+		return err
+	}
+	defer func() {
+		// Leave the nodes free for the next run, whatever happened.
+		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.Timeout)
+		defer cancel()
+		for _, r := range c.End(ectx) {
+			if r.Err != nil && !*asJSON {
+				fmt.Fprintf(l.errw, "lst: %v did not leave the session: %v\n", r.NID, r.Err)
+			}
+		}
+	}()
+	if err := setup(); err != nil {
+		return l.fail(err)
+	}
+	st.Batches[0].Tests[0].Loop = -1
+	res.Test = st.Batches[0].Tests[0]
+	for _, n := range clients {
+		res.Clients = append(res.Clients, n.String())
+	}
+	for _, n := range servers {
+		res.Servers = append(res.Servers, n.String())
+	}
+	if !*asJSON {
+		fmt.Fprintf(l.out, "lst quick: %s: %d clients -> %d servers for %gs (console %s)\n", res.Test, len(clients), len(servers), *seconds, st.Console)
+	}
+	all := c.AllNodes()
+	start := TakeSample(c.Stat(ctx, all))
+	rctx, cancel := context.WithTimeout(ctx, time.Duration(*seconds*float64(time.Second)))
+	n := max(1, int(*seconds / *delay))
+	_, err = statLoop(rctx, c, []string{"clients", "servers"}, time.Duration(*delay*float64(time.Second)), n, func(gs []GroupStats) {
+		res.Samples = append(res.Samples, gs)
+		if !*asJSON {
+			for i := range gs {
+				gs[i].Format(l.out)
+			}
+		}
+	})
+	cancel()
+	if err != nil {
+		return l.fail(err)
+	}
+	if _, err := c.BatchOp(ctx, "quick", BatchStop); err != nil {
+		problem("stop: %v", err)
+	}
+	end := TakeSample(c.Stat(ctx, all))
+	res.Seconds = end.Time.Sub(start.Time).Seconds()
+	for _, nid := range all {
+		r := end.Nodes[nid]
+		if r.Err != nil {
+			res.Down = append(res.Down, nid.String())
+			problem("%v: %v", nid, r.Err)
+			continue
+		}
+		k := r.Rep.Counters
+		res.Errors += k.Errors
+		res.BRWErr += k.BRWErrors
+		res.RPCs += k.TestRPCs
+		res.MiBRate += float64(k.TestBytes)
+	}
+	if res.Seconds > 0 {
+		res.RPCRate = float64(res.RPCs) / res.Seconds
+		res.MiBRate = res.MiBRate / mib / res.Seconds
+	}
+	if res.Errors > 0 {
+		problem("%d RPC errors (%d brw) on the nodes", res.Errors, res.BRWErr)
+	}
+	if res.RPCs == 0 {
+		problem("no test RPC completed")
+	}
+	res.OK = len(res.Problems) == 0
+	if *asJSON {
+		b, _ := json.MarshalIndent(&res, "", "  ")
+		fmt.Fprintf(l.out, "%s\n", b)
+	} else {
+		fmt.Fprintf(l.out, "[Total] %d RPCs in %.2fs: %.0f RPC/s, %.2f MiB/s, errors %d (brw %d)\n",
+			res.RPCs, res.Seconds, res.RPCRate, res.MiBRate, res.Errors, res.BRWErr)
+		for _, p := range res.Problems {
+			fmt.Fprintf(l.errw, "lst quick: %s\n", p)
+		}
+	}
+	if !res.OK {
+		return 1
+	}
+	return 0
+}

@@ -105,7 +105,7 @@ func seedPacket(op roce.Opcode, qpn uint32, psn uint32, payload int, ext func(b 
 	if ext != nil {
 		ext(b)
 	}
-	binary.LittleEndian.PutUint32(b[len(b)-4:], icrc(fuzzPeer, netip.MustParseAddrPort("10.201.0.1:4791"), b[:len(b)-4]))
+	binary.LittleEndian.PutUint32(b[len(b)-4:], roce.ICRCFor(fuzzPeer, netip.MustParseAddrPort("10.201.0.1:4791"), b))
 	return b
 }
 

@@ -2,68 +2,27 @@ package rxe
 
 import (
 	"encoding/binary"
-	"hash/crc32"
 	"net/netip"
 
 	"softib/wire/roce"
 )
 
-// icrc computes the RoCEv2 Invariant CRC (roce-wire.md §5) of pkt, the
-// UDP payload from the BTH up to (not including) the 4-byte ICRC, as it
-// travels from src to dst. The IP header is the one the kernel emits for
-// softib's unconnected DF socket (IPv4: ID 0, DF) with the variant fields
-// masked. The result goes on the wire little-endian.
-func icrc(src, dst netip.AddrPort, pkt []byte) uint32 {
-	var ph [8 + 40 + 8 + roce.BTHSize]byte
-	for i := range 8 {
-		ph[i] = 0xFF
+// encapCache holds the ICRC template (roce.Encap) for the last peer
+// address used, so that a stream of packets to (or from) one peer computes
+// no template per packet.
+type encapCache struct {
+	local, peer netip.AddrPort
+	e           roce.Encap
+	ok          bool
+}
+
+// get returns the encapsulation for packets from src to dst.
+func (c *encapCache) get(src, dst netip.AddrPort) *roce.Encap {
+	if !c.ok || c.local != src || c.peer != dst {
+		e, err := roce.NewEncap(roce.EncapConfig{Src: src, Dst: dst})
+		c.e, c.ok, c.local, c.peer = e, err == nil, src, dst
 	}
-	udpLen := 8 + len(pkt) + roce.ICRCSize
-	n := 8
-	sa, da := src.Addr().Unmap(), dst.Addr().Unmap()
-	if sa.Is4() {
-		h := ph[n : n+20]
-		h[0] = 0x45
-		h[1] = 0xFF // TOS masked
-		binary.BigEndian.PutUint16(h[2:], uint16(20+udpLen))
-		// ID 0, flags DF.
-		h[6] = 0x40
-		h[8] = 0xFF // TTL masked
-		h[9] = 17
-		h[10], h[11] = 0xFF, 0xFF // checksum masked
-		s4, d4 := sa.As4(), da.As4()
-		copy(h[12:], s4[:])
-		copy(h[16:], d4[:])
-		n += 20
-	} else {
-		h := ph[n : n+40]
-		// Version 6, traffic class and flow label masked.
-		h[0], h[1], h[2], h[3] = 0x6F, 0xFF, 0xFF, 0xFF
-		binary.BigEndian.PutUint16(h[4:], uint16(udpLen))
-		h[6] = 17
-		h[7] = 0xFF // hop limit masked
-		s16, d16 := sa.As16(), da.As16()
-		copy(h[8:], s16[:])
-		copy(h[24:], d16[:])
-		n += 40
-	}
-	u := ph[n : n+8]
-	binary.BigEndian.PutUint16(u[0:], src.Port())
-	binary.BigEndian.PutUint16(u[2:], dst.Port())
-	binary.BigEndian.PutUint16(u[4:], uint16(udpLen))
-	u[6], u[7] = 0xFF, 0xFF
-	n += 8
-	copy(ph[n:], pkt[:roce.BTHSize])
-	ph[n+4] = 0xFF // FECN/BECN/resv8a
-	n += roce.BTHSize
-	// The pseudo-header goes through a plain table loop: handing the
-	// stack array to crc32.Update would make it escape (one allocation
-	// per packet).
-	crc := ^uint32(0)
-	for _, b := range ph[:n] {
-		crc = crc32.IEEETable[byte(crc)^b] ^ crc>>8
-	}
-	return crc32.Update(^crc, crc32.IEEETable, pkt[roce.BTHSize:])
+	return &c.e
 }
 
 // grhArea writes the 40-byte area rxe puts in front of every UD/GSI

@@ -43,6 +43,7 @@ type QP struct {
 	comp     completer
 	resp     responder
 	tx       txBatch
+	encap    encapCache
 	drainC   *sync.Cond // signalled when queues may have emptied
 	dead     bool
 	timerAt  int64 // deadline the timer is set for (0: none)

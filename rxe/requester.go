@@ -1,7 +1,6 @@
 package rxe
 
 import (
-	"encoding/binary"
 	"net/netip"
 
 	"softib/internal/seqnum"
@@ -434,8 +433,8 @@ func (q *QP) newPacket(op roce.Opcode, psn seqnum.PSN, dqpn uint32, size int, ds
 	return p, p.buf[hl : hl+size]
 }
 
-// finish writes the ICRC of a built packet.
+// finish writes the ICRC of a built packet (IPv4: ID 0 and DF, which the
+// udp package's unconnected IP_PMTUDISC_DO socket puts on the wire).
 func (q *QP) finish(p *packet) {
-	end := p.n - roce.ICRCSize
-	binary.LittleEndian.PutUint32(p.buf[end:], icrc(q.dev.laddr, p.addr, p.buf[:end]))
+	q.encap.get(q.dev.laddr, p.addr).SetICRC(p.buf[:p.n])
 }

@@ -449,4 +449,5 @@ func BenchmarkForward(b *testing.B) {
 	b.ReportMetric(float64(got)/elapsed.Seconds(), "delivered/s")
 	b.ReportMetric(float64(s.Forwarded)/elapsed.Seconds(), "forwarded/s")
 	b.ReportMetric(1-float64(got)/float64(sent), "loss")
+	b.ReportMetric(float64(s.KernelDrop)/float64(sent), "router-overrun")
 }

@@ -309,7 +309,10 @@ func appendName(b []byte, s string) []byte {
 	return append(b, n[:]...)
 }
 
+// parseName reads a NUL-padded name; the last byte is always the
+// terminator, so at most NameSize-1 bytes count.
 func parseName(b []byte) string {
+	b = b[:NameSize-1]
 	if i := bytes.IndexByte(b, 0); i >= 0 {
 		b = b[:i]
 	}

@@ -1,0 +1,282 @@
+package selftest
+
+// Multi-process tests: softib is built once, three lnetd processes run
+// on 127.0.0.2-4 sharing one free port, and `softib lst` drives them as
+// a user would.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// softibBin builds softib/cmd/softib once per test binary.
+func softibBin(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "selftest-bin-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "softib")
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "go", "build", "-o", binPath, "softib/cmd/softib").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
+// syncBuf is a goroutine-safe log buffer.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type procNode struct {
+	nid    string
+	cmd    *exec.Cmd
+	log    *syncBuf
+	exited chan struct{}
+}
+
+// kill SIGKILLs the node and waits for it.
+func (n *procNode) kill() {
+	_ = n.cmd.Process.Kill()
+	<-n.exited
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// startNodes starts lnetd on each address with the shared port.
+func startNodes(t *testing.T, port int, ips ...string) []*procNode {
+	t.Helper()
+	bin := softibBin(t)
+	var nodes []*procNode
+	for _, ip := range ips {
+		dir := t.TempDir()
+		cfg := filepath.Join(dir, "lnet.yaml")
+		yaml := fmt.Sprintf("net:\n    - net type: tcp\n      local NI(s):\n        - interfaces:\n              0: %s\n"+
+			"global:\n    accept_port: %d\n    accept: all\n    transaction_timeout: 20\n", ip, port)
+		if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		n := &procNode{nid: ip + "@tcp", log: &syncBuf{}, exited: make(chan struct{})}
+		n.cmd = exec.Command(bin, "lnetd", "--config", cfg, "--socket", filepath.Join(dir, "run", "lnetd.sock"))
+		n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
+		if err := n.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { n.cmd.Wait(); close(n.exited) }()
+		t.Cleanup(func() {
+			n.kill()
+			if t.Failed() {
+				t.Logf("%s log:\n%s", n.nid, n.log)
+			}
+		})
+		nodes = append(nodes, n)
+	}
+	deadline := time.Now().Add(hangGuard)
+	for _, n := range nodes {
+		for !strings.Contains(n.log.String(), "lnetd: ready") {
+			select {
+			case <-n.exited:
+				t.Fatalf("%s exited at start:\n%s", n.nid, n.log)
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not ready:\n%s", n.nid, n.log)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return nodes
+}
+
+// lstRun runs softib lst with a hang guard; it returns exit code and
+// outputs.
+func lstRun(t *testing.T, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, softibBin(t), append([]string{"lst"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("lst %v hung:\n%s%s", args, out.String(), errb.String())
+	}
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return code, out.String(), errb.String()
+}
+
+func TestProcQuick(t *testing.T) {
+	port := freePort(t)
+	startNodes(t, port, "127.0.0.2", "127.0.0.3", "127.0.0.4")
+	p := strconv.Itoa(port)
+	for _, test := range [][]string{
+		{"brw", "write", "size=4K", "check=full"},
+		{"brw", "write", "size=1M", "check=full"},
+		{"brw", "read", "size=4K", "check=full"},
+		{"brw", "read", "size=1M", "check=full"},
+		{"ping"},
+	} {
+		t.Run(strings.Join(test, "_"), func(t *testing.T) {
+			args := append([]string{"quick", "--from", "127.0.0.2@tcp", "--to", "127.0.0.[3-4]@tcp", "--port", p,
+				"--seconds", "1", "--delay", "0.5", "--concurrency", "4", "--distribute", "1:N", "--json"}, test...)
+			code, out, errs := lstRun(t, nil, args...)
+			var res QuickResult
+			if err := json.Unmarshal([]byte(out), &res); err != nil {
+				t.Fatalf("exit %d, bad JSON %v:\n%s\n%s", code, err, out, errs)
+			}
+			if code != 0 || !res.OK || res.Errors != 0 || res.RPCs == 0 {
+				t.Fatalf("exit %d: %+v\n%s", code, res, errs)
+			}
+			if test[0] == "brw" && res.MiBRate <= 0 {
+				t.Fatalf("no bandwidth: %+v", res)
+			}
+			t.Logf("%v: %d RPCs, %.0f RPC/s, %.2f MiB/s", test, res.RPCs, res.RPCRate, res.MiBRate)
+		})
+	}
+	// The table form prints lst's blocks.
+	code, out, errs := lstRun(t, nil, "quick", "--from", "127.0.0.2@tcp", "--to", "127.0.0.3@tcp", "--port", p,
+		"--seconds", "0.5", "--delay", "0.5", "ping")
+	if code != 0 || !strings.Contains(out, "[LNet Rates of servers]") || !strings.Contains(out, "[LNet Bandwidth of clients]") {
+		t.Fatalf("exit %d:\n%s\n%s", code, out, errs)
+	}
+}
+
+// TestProcSession drives a session across separate lst invocations.
+func TestProcSession(t *testing.T) {
+	port := freePort(t)
+	startNodes(t, port, "127.0.0.2", "127.0.0.3")
+	env := []string{"LST_SESSION_FILE=" + filepath.Join(t.TempDir(), "lst.json")}
+	ok := func(args ...string) string {
+		t.Helper()
+		code, out, errs := lstRun(t, env, args...)
+		if code != 0 {
+			t.Fatalf("lst %v: exit %d\n%s%s", args, code, out, errs)
+		}
+		return out
+	}
+	ok("new_session", "s1", "--port", strconv.Itoa(port), "--timeout", "60")
+	if code, _, errs := lstRun(t, env, "new_session", "s2"); code == 0 || !strings.Contains(errs, "end_session first") {
+		t.Fatalf("second session: exit %d %s", code, errs)
+	}
+	ok("add_group", "clients", "127.0.0.2@tcp")
+	ok("add_group", "servers", "127.0.0.3@tcp")
+	ok("add_batch", "b")
+	ok("add_test", "--batch", "b", "--from", "clients", "--to", "servers", "--concurrency", "2", "--loop", "200",
+		"brw", "write", "size=64K", "check=full")
+	if out := ok("list_batch", "b"); !strings.Contains(out, "brw write size=64K check=full") {
+		t.Fatalf("list_batch:\n%s", out)
+	}
+	ok("run", "b")
+	deadline := time.Now().Add(hangGuard)
+	for !strings.Contains(ok("query", "b"), "is idle") {
+		if time.Now().After(deadline) {
+			t.Fatal("batch never finished its 200 RPCs")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	out := ok("stat", "--count", "1", "--delay", "0.2", "--json", "clients", "servers")
+	var sample struct{ Groups []GroupStats }
+	if err := json.Unmarshal([]byte(out), &sample); err != nil || len(sample.Groups) != 2 {
+		t.Fatalf("stat JSON %v:\n%s", err, out)
+	}
+	if k := sample.Groups[0].Nodes[0].Counters; k.TestRPCs != 200 || k.TestBytes != 200*64<<10 || k.Errors != 0 {
+		t.Fatalf("client counters %+v", k)
+	}
+	if k := sample.Groups[1].Nodes[0].Counters; k.BulkGet != 200*64<<10 || k.BRWErrors != 0 {
+		t.Fatalf("server counters %+v", k)
+	}
+	// Another console cannot take the nodes without --force.
+	env2 := []string{"LST_SESSION_FILE=" + filepath.Join(t.TempDir(), "other.json")}
+	if code, _, _ := lstRun(t, env2, "quick", "--from", "127.0.0.2@tcp", "--to", "127.0.0.3@tcp", "--port", strconv.Itoa(port),
+		"--seconds", "0.2", "--delay", "0.2", "ping"); code == 0 {
+		t.Fatal("quick took nodes that are in another session")
+	}
+	ok("stop", "b")
+	ok("end_session")
+	if _, err := os.Stat(strings.TrimPrefix(env[0], "LST_SESSION_FILE=")); !os.IsNotExist(err) {
+		t.Fatalf("session file left behind: %v", err)
+	}
+}
+
+// TestProcKillServer kills a server during a quick run: the run must end
+// on time, report errors and exit non-zero.
+func TestProcKillServer(t *testing.T) {
+	port := freePort(t)
+	nodes := startNodes(t, port, "127.0.0.2", "127.0.0.3", "127.0.0.4")
+	go func() {
+		time.Sleep(1500 * time.Millisecond)
+		nodes[2].kill()
+	}()
+	start := time.Now()
+	code, out, errs := lstRun(t, nil, "quick", "--from", "127.0.0.2@tcp", "--to", "127.0.0.[3-4]@tcp", "--port", strconv.Itoa(port),
+		"--seconds", "3", "--concurrency", "4", "--distribute", "1:N", "--json", "brw", "write", "size=1M", "check=full")
+	var res QuickResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("exit %d, bad JSON %v:\n%s\n%s", code, err, out, errs)
+	}
+	if code != 1 || res.OK || (res.Errors == 0 && len(res.Down) == 0) {
+		t.Fatalf("exit %d after a server died: %+v", code, res)
+	}
+	t.Logf("exit %d after %v: %d errors, unreachable %v, problems %q", code, time.Since(start).Round(time.Millisecond), res.Errors, res.Down, res.Problems)
+}

@@ -45,9 +45,9 @@ func pollSpin(tb testing.TB, cq verbs.CQ, wc []verbs.WC) {
 }
 
 func benchWrite(b *testing.B, size int) {
-	const depth = 16
+	const depth = 32
 	x, y := benchPair(b, false, size*depth)
-	wc := make([]verbs.WC, 1)
+	wcs := make([]verbs.WC, depth)
 	wrs := make([]verbs.SendWR, depth)
 	sgl := make([]verbs.SGE, depth)
 	for i := range wrs {
@@ -57,24 +57,47 @@ func benchWrite(b *testing.B, size int) {
 	}
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
-	inflight, next := 0, 0
 	b.ResetTimer()
 	start := time.Now()
-	for i := 0; i < b.N; i++ {
-		for inflight >= depth {
-			pollSpin(b, x.cq, wc)
-			inflight--
+	// Like perftest: keep depth WRs in flight and re-post as many as
+	// completed, in one PostSend call.
+	posted, done := 0, 0
+	for done < b.N {
+		if k := min(depth-(posted-done), b.N-posted); k > 0 {
+			if _, err := x.qp.PostSend(wrs[:k]); err != nil {
+				b.Fatal(err)
+			}
+			posted += k
 		}
-		if _, err := x.qp.PostSend(wrs[next : next+1]); err != nil {
-			b.Fatal(err)
-		}
-		next = (next + 1) % depth
-		inflight++
-	}
-	for ; inflight > 0; inflight-- {
-		pollSpin(b, x.cq, wc)
+		done += waitSome(b, x.cq, wcs)
 	}
 	b.ReportMetric(float64(size)*float64(b.N)/time.Since(start).Seconds()/1e9, "GB/s")
+}
+
+// waitSome waits for at least one completion and returns how many it
+// polled into wcs.
+func waitSome(tb testing.TB, cq verbs.CQ, wcs []verbs.WC) int {
+	for {
+		n, err := cq.Poll(wcs)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if n == 0 {
+			cq.ReqNotify(false)
+			if n, err = cq.Poll(wcs); err != nil {
+				tb.Fatal(err)
+			}
+		}
+		for _, wc := range wcs[:n] {
+			if wc.Status != verbs.WCSuccess {
+				tb.Fatalf("completion %+v", wc)
+			}
+		}
+		if n > 0 {
+			return n
+		}
+		<-cq.Channel().C()
+	}
 }
 
 // BenchmarkRCWrite measures RC RDMA WRITE bandwidth between two devices

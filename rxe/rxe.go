@@ -93,7 +93,8 @@ type Config struct {
 	// Close.
 	Conn udp.Conn
 	// UDP configures the socket Open creates when Conn is nil. BusyPoll is
-	// forced on when DeviceConfig.BusyPoll is set.
+	// forced on when DeviceConfig.BusyPoll is set. When UDP is nil, GRO is
+	// off (see Open); a non-nil UDP decides for itself.
 	UDP *udp.Config
 	// VerifyICRCv4 verifies the ICRC of IPv4 packets too, assuming IP ID
 	// 0 as softib (and any sender with DF on an unconnected socket) uses.

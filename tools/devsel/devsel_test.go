@@ -61,8 +61,13 @@ type failProvider struct{ err error }
 
 func (p failProvider) Open(verbs.DeviceConfig) (verbs.Device, error) { return nil, p.err }
 
-func TestOpenErrors(t *testing.T) {
+// Providers register once per test binary (verbs panics on duplicates,
+// and -count=N reruns tests).
+func init() {
 	verbs.Register("devsel-test-inuse", failProvider{fmt.Errorf("udp: listen: %w", syscall.EADDRINUSE)})
+}
+
+func TestOpenErrors(t *testing.T) {
 	o := &devsel.Options{Addr: "127.0.0.2", GIDIndex: -1}
 	// Open uses the first registered provider only when Name is empty;
 	// go through verbs.Open with the test provider by name.

@@ -51,6 +51,7 @@ type rx struct {
 	buf  []byte
 	sgl  [1]verbs.SGE
 	msg  lnetwire.KibMsg // the message while it is being handled
+	hdr  lnetwire.Header // its decoded lnet_hdr (no allocation per message)
 }
 
 // conn is one RC connection to a peer (kib_conn).
@@ -388,10 +389,9 @@ func (c *conn) handleRx(r *rx) {
 		d.stats.RxNoops.Add(1)
 		c.repost(r, RepostFor(c.version, t, false, m.Credits()))
 	case lnetwire.KibIMMEDIATE, lnetwire.KibPUTREQ, lnetwire.KibGETREQ:
-		var hdr lnetwire.Header
-		err := hdr.Decode(m.LNetHdr())
+		err := r.hdr.Decode(m.LNetHdr())
 		if err == nil {
-			err = d.ni.Parse(&hdr, c.nid, r, t != lnetwire.KibIMMEDIATE)
+			err = d.ni.Parse(&r.hdr, c.nid, r, t != lnetwire.KibIMMEDIATE)
 		}
 		if err != nil {
 			d.stats.ParseRejects.Add(1)

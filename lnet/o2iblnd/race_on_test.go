@@ -1,0 +1,5 @@
+//go:build race
+
+package o2iblnd
+
+const raceEnabled = true

@@ -3,6 +3,7 @@
 package netemu_test
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
@@ -450,4 +451,65 @@ func BenchmarkForward(b *testing.B) {
 	b.ReportMetric(float64(s.Forwarded)/elapsed.Seconds(), "forwarded/s")
 	b.ReportMetric(1-float64(got)/float64(sent), "loss")
 	b.ReportMetric(float64(s.KernelDrop)/float64(sent), "router-overrun")
+}
+
+// TestUDPGSO sends with UDP_SEGMENT (as softib's udp package does): the
+// veth hands the router one super-packet, which it must split into
+// datagrams with correct lengths and checksums.
+func TestUDPGSO(t *testing.T) {
+	r := netemu.New(t, netemu.Config{})
+	for _, v6 := range []bool{false, true} {
+		src, dst := r.A.Addr, r.B.Addr
+		if v6 {
+			src, dst = r.A.Addr6, r.B.Addr6
+		}
+		var rx, tx *net.UDPConn
+		if err := r.B.Do(func() (err error) {
+			rx, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, 4791)))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer rx.Close()
+		if err := r.A.Do(func() (err error) {
+			tx, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(src, 0)))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Close()
+		rc, err := tx.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc.Control(func(fd uintptr) { err = unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_SEGMENT, 1000) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		const segs = 8
+		msg := make([]byte, segs*1000-300) // the last datagram is short
+		for i := range msg {
+			msg[i] = byte(i / 1000)
+		}
+		if _, err := tx.WriteToUDPAddrPort(msg, netip.AddrPortFrom(dst, 4791)); err != nil {
+			t.Fatal(err)
+		}
+		rx.SetReadDeadline(time.Now().Add(5 * time.Second)) // hang guard
+		buf := make([]byte, 2000)
+		for i := range segs {
+			n, from, err := rx.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				t.Fatalf("datagram %d: %v; stats %+v", i, err, r.Stats().AtoB)
+			}
+			want := min(1000, len(msg)-i*1000)
+			if n != want || from.Addr().Unmap() != src || !bytes.Equal(buf[:n], msg[i*1000:i*1000+want]) {
+				t.Fatalf("datagram %d: %d bytes from %v, want %d from %v", i, n, from, want, src)
+			}
+		}
+	}
+	s := r.Stats().AtoB
+	t.Logf("stats %+v", s)
+	if s.Segmented == 0 {
+		t.Log("the kernel segmented before the router (no UDP GSO over veth)")
+	}
 }

@@ -39,7 +39,7 @@ func (h *stubHost) Finalize(ni *lnd.NI, msg *lnd.Msg, status error) { h.fins <- 
 func (h *stubHost) CreateReplyMsg(ni *lnd.NI, get *lnd.Msg) (*lnd.Msg, error) {
 	return &lnd.Msg{Type: lnetwire.MsgREPLY}, nil
 }
-func (h *stubHost) SetReplyMsgLen(ni *lnd.NI, reply *lnd.Msg, n int)                   {}
+func (h *stubHost) SetReplyMsgLen(ni *lnd.NI, reply *lnd.Msg, n int)                    {}
 func (h *stubHost) NotifyPeer(ni *lnd.NI, nid lnetwire.NID, alive bool, when time.Time) {}
 
 // startStub starts a driver on a fresh rxe device with a stub host.

@@ -129,7 +129,14 @@ func (s *Service) Session() (SID, string) {
 
 // dispatch handles one request copied out of a request buffer.
 func (s *Service) dispatch(raw []byte, from lnetwire.ProcessID) {
+	// Add under mu, so that Close (closed, then Wait) never races an Add.
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
 	s.wg.Add(1)
+	s.mu.Unlock()
 	defer s.wg.Done()
 	var req Msg
 	if err := ParseMsg(raw, &req); err != nil || req.Type.IsReply() {

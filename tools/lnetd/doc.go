@@ -89,6 +89,11 @@
 // lnetctl prints as YAML, or JSON with --json. Failures carry lnetctl's
 // error block (errno, descr) and a hint.
 //
+// # LNet selftest
+//
+// Each lnetd also runs the lnet_selftest node service (package
+// lnet/selftest, portals 50-52), driven over LNet by `softib lst`.
+//
 // # Echo test service
 //
 // Each lnetd keeps test_slots 1 MiB buffers on test_portal. Match bits N

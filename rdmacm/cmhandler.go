@@ -3,6 +3,7 @@ package rdmacm
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 
 	"softib/cm"
 	"softib/verbs"
@@ -37,7 +38,7 @@ func (id *ID) listenHandler(d *device) cm.Handler {
 		}
 		id.pending++
 		child := &ID{m: id.m, ch: id.ch, ps: id.ps, qpType: id.qpType, ctx: id.ctx,
-			state: StateConnect, dev: d, cmID: c, parent: id,
+			state: StateConnect, dev: d, cmID: c, parent: id, seq: rand.Uint32() & 0xFFFFFF,
 			local:  netipPort(hdr.Dst, c.ServiceID()),
 			remote: netipPort(hdr.Src, uint64(hdr.SrcPort)),
 			path:   c.PrimaryPath(),

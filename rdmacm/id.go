@@ -21,23 +21,27 @@ type ID struct {
 	ps     PortSpace
 	qpType verbs.QPType
 
-	mu       sync.Mutex // guards everything below; taken before any CM lock
-	ctx      any
-	state    State
-	dev      *device
-	local    netip.AddrPort
-	remote   netip.AddrPort
-	port     uint16 // bound port (0 = none)
-	path     mad.Path
-	cmID     *cm.ID
-	listens  map[*device]*cm.ID
-	backlog  int
-	pending  int // CONNECT_REQUESTs not yet accepted or rejected
-	parent   *ID // listener of a passive ID until accepted/rejected
-	qp       verbs.QP
-	tos      uint8
-	req      ConnParam // what the peer asked for (passive)
-	ud       UDParam   // the peer's UD QP (after SIDR_REP)
+	mu      sync.Mutex // guards everything below; taken before any CM lock
+	ctx     any
+	state   State
+	dev     *device
+	local   netip.AddrPort
+	remote  netip.AddrPort
+	port    uint16 // bound port (0 = none)
+	path    mad.Path
+	cmID    *cm.ID
+	listens map[*device]*cm.ID
+	backlog int
+	pending int // CONNECT_REQUESTs not yet accepted or rejected
+	parent  *ID // listener of a passive ID until accepted/rejected
+	qp      verbs.QP
+	tos     uint8
+	req     ConnParam // what the peer asked for (passive)
+	// seq is a passive ID's starting PSN, chosen with the request so that
+	// InitQPAttr before Accept (a QP the application moves itself) and
+	// the REP agree, as the kernel's id_priv->seq_num does.
+	seq      uint32
+	ud       UDParam // the peer's UD QP (after SIDR_REP)
 	rejected bool
 }
 
@@ -374,12 +378,18 @@ func modifyAll(qp verbs.QP, steps ...step) error {
 // state (rdma_init_qp_attr).
 func (id *ID) InitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, error) {
 	id.mu.Lock()
-	c := id.cmID
+	c, passive, seq := id.cmID, id.parent != nil, id.seq
 	id.mu.Unlock()
 	if c == nil {
 		return verbs.QPAttr{}, 0, fmt.Errorf("rdmacm: no connection: %w", ErrState)
 	}
-	return c.InitQPAttr(state)
+	a, m, err := c.InitQPAttr(state)
+	if err == nil && passive && state == verbs.QPStateRTR {
+		// Before Accept the IB CM has no receive PSN yet: use the one the
+		// REP will carry (rdma_init_qp_attr sets rq_psn = seq_num).
+		a.RQPSN = seq
+	}
+	return a, m, err
 }
 
 // moveQPLocked applies the CM's attributes to the ID's QP for each state.
@@ -585,7 +595,7 @@ func (id *ID) Accept(p *ConnParam) error {
 	// Like librdmacm, move the QP to RTS before the REP goes out, so it
 	// can receive as soon as the peer may send.
 	// The REP's StartingPSN is where our receive queue starts.
-	psn := rand.Uint32() & 0xFFFFFF
+	psn := id.seq
 	if id.qp != nil {
 		if err := id.moveQPLocked(verbs.QPStateInit); err != nil {
 			return err

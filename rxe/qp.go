@@ -573,6 +573,9 @@ func (q *QP) process() bool {
 	}
 	q.inSpare = in[:0]
 	q.checkTimers(now)
+	// Pop what the inbound packets finished first: fences, local
+	// operations and credit probes wait for an empty SQ front.
+	q.completeSends()
 	more := q.runRequester(now, procBudget)
 	q.completeSends()
 	q.tx.flush(q)

@@ -138,6 +138,7 @@ type DirStats struct {
 	Ignored    uint64 // frames not addressed to the router's MAC, or not IP (e.g. ARP)
 	Segmented  uint64 // GSO super-packets the router split into segments
 	TxErrors   uint64 // packets the egress socket refused
+	RxErrors   uint64 // failed reads from the ingress socket
 	KernelDrop uint64 // frames the kernel dropped before the router read them (socket buffer full)
 }
 
@@ -150,7 +151,7 @@ type Stats struct {
 type counters struct {
 	Received, Forwarded, Dropped, Duplicated, Corrupted, Held, Reordered   stats.Counter
 	Overflow, TTLExpired, NoRoute, Malformed, Ignored, Segmented, TxErrors stats.Counter
-	KernelDrop                                                             stats.Counter
+	RxErrors, KernelDrop                                                   stats.Counter
 }
 
 func (c *counters) snapshot() DirStats {
@@ -159,6 +160,7 @@ func (c *counters) snapshot() DirStats {
 		Duplicated: c.Duplicated.Load(), Corrupted: c.Corrupted.Load(), Held: c.Held.Load(),
 		Reordered: c.Reordered.Load(), Overflow: c.Overflow.Load(), TTLExpired: c.TTLExpired.Load(),
 		NoRoute: c.NoRoute.Load(), Malformed: c.Malformed.Load(), Ignored: c.Ignored.Load(),
-		Segmented: c.Segmented.Load(), TxErrors: c.TxErrors.Load(), KernelDrop: c.KernelDrop.Load(),
+		Segmented: c.Segmented.Load(), TxErrors: c.TxErrors.Load(), RxErrors: c.RxErrors.Load(),
+		KernelDrop: c.KernelDrop.Load(),
 	}
 }

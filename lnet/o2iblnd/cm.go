@@ -303,50 +303,20 @@ func (d *Driver) reject(id *rdmacm.ID, version uint16, why lnetwire.KibRejReason
 // or rejects it (kiblnd_passive_connect).
 func (d *Driver) passiveConnect(ev *rdmacm.Event) {
 	id := ev.ID
-	b := append([]byte(nil), ev.Conn.PrivateData...)
-	m, err := lnetwire.UnpackKibMsg(b)
-	if err != nil {
-		d.stats.Malformed.Add(1)
-		why := lnetwire.KibRejFatal
-		if errors.Is(err, lnetwire.ErrBadVersion) {
-			why = lnetwire.KibRejConnUncompat
+	m, why, ok := d.vetConnReq(ev.Conn.PrivateData, id.LocalAddr().Port())
+	ver := lnetwire.KibVersion2
+	if m != nil {
+		ver = m.Version()
+	}
+	if !ok {
+		if why == lnetwire.KibRejConnStale {
+			d.stats.Stale.Add(1)
 		}
-		d.reject(id, lnetwire.KibVersion2, why)
-		return
-	}
-	ver := m.Version()
-	if m.Type() != lnetwire.KibCONNREQ {
-		d.reject(id, ver, lnetwire.KibRejFatal)
-		return
-	}
-	if lp := id.LocalAddr().Port(); lp != uint16(d.cfg.Service) {
-		d.reject(id, ver, lnetwire.KibRejInvalidSrvID)
+		d.reject(id, ver, why)
 		return
 	}
 	cp := m.ConnParams()
 	src := m.SrcNID()
-	local := d.cfg.PeerCredits
-	if ver == lnetwire.KibVersion1 {
-		local = lnetwire.KibQueueDepthV1
-	}
-	switch {
-	case m.DstNID() != d.nid || src.Net() != d.nid.Net():
-		d.reject(id, ver, lnetwire.KibRejFatal)
-		return
-	case m.DstStamp() != 0 && m.DstStamp() != d.incarnation:
-		d.stats.Stale.Add(1)
-		d.reject(id, ver, lnetwire.KibRejConnStale)
-		return
-	case int(cp.QueueDepth) > local:
-		d.reject(id, ver, lnetwire.KibRejMsgQueueSize)
-		return
-	case int(cp.MaxFrags) > d.cfg.MaxFrags:
-		d.reject(id, ver, lnetwire.KibRejRDMAFrags)
-		return
-	case cp.QueueDepth == 0 || cp.MaxFrags == 0 || cp.MaxMsgSize > lnetwire.KibMsgSize:
-		d.reject(id, ver, lnetwire.KibRejFatal)
-		return
-	}
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -401,6 +371,45 @@ func (d *Driver) passiveConnect(ev *rdmacm.Event) {
 	if err := id.Accept(d.connParam(c.connMsg(lnetwire.KibCONNACK))); err != nil {
 		c.close(fmt.Errorf("%w: accept: %w", lnd.ErrPeerDown, err))
 	}
+}
+
+// vetConnReq applies the stateless checks of kiblnd_passive_connect to
+// CONNREQ private data received on port: a malformed or wrong message,
+// a stale dststamp, a queue depth or fragment count above ours, a message
+// size above 4 KiB. It returns the normalized message (nil if it did not
+// parse) and, when refused, the reject reason.
+func (d *Driver) vetConnReq(pd []byte, port uint16) (lnetwire.KibMsg, lnetwire.KibRejReason, bool) {
+	m, err := lnetwire.UnpackKibMsg(append([]byte(nil), pd...))
+	if err != nil {
+		d.stats.Malformed.Add(1)
+		if errors.Is(err, lnetwire.ErrBadVersion) {
+			return nil, lnetwire.KibRejConnUncompat, false
+		}
+		return nil, lnetwire.KibRejFatal, false
+	}
+	if m.Type() != lnetwire.KibCONNREQ {
+		return m, lnetwire.KibRejFatal, false // and its body is not connparams
+	}
+	cp := m.ConnParams()
+	local := d.cfg.PeerCredits
+	if m.Version() == lnetwire.KibVersion1 {
+		local = lnetwire.KibQueueDepthV1
+	}
+	switch {
+	case port != uint16(d.cfg.Service):
+		return m, lnetwire.KibRejInvalidSrvID, false
+	case m.DstNID() != d.nid || m.SrcNID().Net() != d.nid.Net():
+		return m, lnetwire.KibRejFatal, false
+	case m.DstStamp() != 0 && m.DstStamp() != d.incarnation:
+		return m, lnetwire.KibRejConnStale, false
+	case int(cp.QueueDepth) > local:
+		return m, lnetwire.KibRejMsgQueueSize, false
+	case int(cp.MaxFrags) > d.cfg.MaxFrags:
+		return m, lnetwire.KibRejRDMAFrags, false
+	case cp.QueueDepth == 0 || cp.MaxFrags == 0 || cp.MaxMsgSize > lnetwire.KibMsgSize:
+		return m, lnetwire.KibRejFatal, false
+	}
+	return m, 0, true
 }
 
 // connClosing detaches a closing connection from its peer; when it was

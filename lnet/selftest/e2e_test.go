@@ -188,3 +188,125 @@ func TestE2ECorruption(t *testing.T) {
 		t.Fatalf("server brw errors %d, want 1", k.BRWErrors)
 	}
 }
+
+// TestE2EDistribution: two clients, two servers, 1:1: each server serves
+// exactly one client's RPCs.
+func TestE2EDistribution(t *testing.T) {
+	c := newCluster(t, 4)
+	spec := TestSpec{Kind: "brw", Op: "write", Size: 8192, Check: "simple", Concurrency: 3, Loop: 17, Distribute: "1:1"}
+	sum := runTest(t, c, c.nids[:2], c.nids[2:], spec)
+	if sum.Errors != 0 || sum.TestRPCs != 2*17 {
+		t.Fatalf("counters %+v", sum)
+	}
+	for _, s := range c.nodes[2:] {
+		if k := s.Counters(); k.BulkGet != 17*8192 {
+			t.Fatalf("server got %d bytes, want %d (one client's share)", k.BulkGet, 17*8192)
+		}
+	}
+}
+
+// TestE2EStopForever runs a loop -1 test, stops it, and checks that the
+// RPCs cut short by the stop are not counted as errors.
+func TestE2EStopForever(t *testing.T) {
+	c := newCluster(t, 2)
+	ctx := ctxT(t)
+	con := c.console
+	if _, err := con.AddGroup(ctx, "c", c.nids[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := con.AddGroup(ctx, "s", c.nids[1:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := con.AddBatch("b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := con.AddTest(ctx, "b", TestSpec{Kind: "brw", Op: "read", Size: 1 << 16, Check: "full", From: "c", To: "s", Concurrency: 8}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := con.BatchOp(ctx, "b", BatchRun); err != nil {
+		t.Fatal(err)
+	}
+	for c.nodes[0].Counters().TestRPCs < 50 {
+		if ctx.Err() != nil {
+			t.Fatal("no progress")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if k := c.nodes[0].Counters(); k.ActiveBatches != 1 {
+		t.Fatalf("active batches %d while running", k.ActiveBatches)
+	}
+	if _, err := con.BatchOp(ctx, "b", BatchStop); err != nil {
+		t.Fatal(err)
+	}
+	res, err := con.BatchOp(ctx, "b", BatchQuery)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Rep.Active != 0 {
+			t.Fatalf("%v still active after stop", r.NID)
+		}
+	}
+	for _, s := range c.nodes {
+		if k := s.Counters(); k.Errors != 0 || k.BRWErrors != 0 || k.ActiveBatches != 0 {
+			t.Fatalf("counters after stop: %+v", k)
+		}
+	}
+	// A stopped batch runs again.
+	before := c.nodes[0].Counters().TestRPCs
+	if _, err := con.BatchOp(ctx, "b", BatchRun); err != nil {
+		t.Fatal(err)
+	}
+	for c.nodes[0].Counters().TestRPCs < before+10 {
+		if ctx.Err() != nil {
+			t.Fatal("no progress after rerun")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for _, r := range con.End(ctx) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	if sid, _ := c.nodes[0].Session(); !sid.IsZero() {
+		t.Fatal("node still in the session after end")
+	}
+}
+
+// TestE2ESessions: a second console is refused, then takes the node with
+// Force; the first console's requests then fail with ESRCH; an idle
+// session expires on its own.
+func TestE2ESessions(t *testing.T) {
+	c := newCluster(t, 1)
+	ctx := ctxT(t)
+	if _, err := c.console.AddGroup(ctx, "g", c.nids); err != nil {
+		t.Fatal(err)
+	}
+	cnid := lnetwire.MustParseNID("10.0.0.100@tcp")
+	st2 := &State{Name: "other", Stamp: 7, Console: cnid.String(), Timeout: 1, RPCTimeout: 10}
+	other := NewConsole(newInst(t, c.net, cnid), st2, quietLog(t))
+	var se *StatusError
+	if _, err := other.AddGroup(ctx, "g", c.nids); !errors.As(err, &se) || se.Errno != 16 {
+		t.Fatalf("joining a busy node: %v, want EBUSY", err)
+	}
+	st2.Force = true
+	if _, err := other.AddGroup(ctx, "g2", c.nids); err != nil {
+		t.Fatal(err)
+	}
+	if sid, name := c.nodes[0].Session(); sid != other.SID() || name != "other" {
+		t.Fatalf("node in session %v %q", sid, name)
+	}
+	if r := c.console.Stat(ctx, c.nids); !errors.As(r[0].Err, &se) || se.Errno != 3 {
+		t.Fatalf("old console's stat: %v, want ESRCH", r[0].Err)
+	}
+	// Timeout 1 s: the node drops the session once left alone.
+	for {
+		if sid, _ := c.nodes[0].Session(); sid.IsZero() {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("session never expired")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -76,10 +76,13 @@ type endpoint struct {
 	log *slog.Logger
 	ids atomic.Uint64
 	cnt counters
+	// replyH is replySent bound once (a method value allocates).
+	replyH func(*lnet.Event)
 }
 
 func newEndpoint(in *lnet.Instance, log *slog.Logger) *endpoint {
 	e := &endpoint{in: in, log: log}
+	e.replyH = e.replySent
 	// Start ids from the clock so a restarted requester does not reuse
 	// the match bits of replies still in flight to its previous run.
 	e.ids.Store(uint64(time.Now().UnixNano()) >> 1)
@@ -100,8 +103,46 @@ const (
 )
 
 // call collects the events of one RPC's MDs. Handlers never block: the
-// channel has room for every event the MDs can produce.
-type call struct{ ch chan lnet.Event }
+// channel has room for every event the MDs can produce. Calls are pooled
+// with their channel, handler, timer and request buffer; a call goes back
+// to the pool only when every MD it created has completed, so no late
+// event can reach its next user.
+type call struct {
+	ch    chan lnet.Event
+	h     func(*lnet.Event)
+	timer *time.Timer
+	mds   [3]lnet.MDHandle
+	n     int
+	qbuf  []byte
+}
+
+var callPool = sync.Pool{New: func() any {
+	c := &call{ch: make(chan lnet.Event, 12)}
+	c.h = c.handler
+	c.timer = time.NewTimer(time.Hour)
+	c.timer.Stop()
+	return c
+}}
+
+func getCall(timeout time.Duration) *call {
+	c := callPool.Get().(*call)
+	c.n = 0
+	c.timer.Reset(timeout)
+	return c
+}
+
+// release returns a clean call to the pool; otherwise it unlinks the
+// MDs still alive and drops the call.
+func (e *endpoint) release(c *call, clean bool) {
+	c.timer.Stop()
+	if clean {
+		callPool.Put(c)
+		return
+	}
+	for _, h := range c.mds[:c.n] {
+		_ = e.in.MDUnlink(h) // ErrNoEnt once completed: fine
+	}
+}
 
 func (c *call) handler(ev *lnet.Event) {
 	select {
@@ -116,13 +157,9 @@ func (c *call) handler(ev *lnet.Event) {
 // and call returns only after that transfer completed. rbuf receives the
 // reply (≥ the reply's size). Timeout or ctx ending unlinks the MDs.
 func (e *endpoint) call(ctx context.Context, to lnetwire.ProcessID, req *Msg, bulk []byte, bulkOp uint32, timeout time.Duration, rep *Msg, rbuf []byte) error {
-	c := &call{ch: make(chan lnet.Event, 12)}
-	var mds []lnet.MDHandle
-	defer func() {
-		for _, h := range mds {
-			_ = e.in.MDUnlink(h) // ErrNoEnt once completed: fine
-		}
-	}()
+	c := getCall(timeout)
+	clean := false
+	defer func() { e.release(c, clean) }()
 	if bulk != nil {
 		me, err := e.in.MEAttach(RDMAPortal, to, req.BulkID, 0, lnet.AutoUnlink, lnet.InsAfter)
 		if err != nil {
@@ -132,41 +169,42 @@ func (e *endpoint) call(ctx context.Context, to lnetwire.ProcessID, req *Msg, bu
 		if bulkOp == BRWRead {
 			opt = lnet.MDOpPut
 		}
-		h, err := e.in.MDAttach(me, lnet.MD{Start: bulk, Threshold: 1, Options: opt, Handler: c.handler, UserPtr: tagBulk}, lnet.AutoUnlink)
+		h, err := e.in.MDAttach(me, lnet.MD{Start: bulk, Threshold: 1, Options: opt, Handler: c.h, UserPtr: tagBulk}, lnet.AutoUnlink)
 		if err != nil {
+			_ = e.in.MEUnlink(me)
 			return err
 		}
-		mds = append(mds, h)
+		c.mds[c.n], c.n = h, c.n+1
 	}
 	me, err := e.in.MEAttach(RDMAPortal, to, req.RpyID, 0, lnet.AutoUnlink, lnet.InsAfter)
 	if err != nil {
 		return err
 	}
 	rh, err := e.in.MDAttach(me, lnet.MD{Start: rbuf, Threshold: 1, Options: lnet.MDOpPut | lnet.MDTruncate | lnet.MDAckDisable,
-		Handler: c.handler, UserPtr: tagReply}, lnet.AutoUnlink)
+		Handler: c.h, UserPtr: tagReply}, lnet.AutoUnlink)
+	if err != nil {
+		_ = e.in.MEUnlink(me)
+		return err
+	}
+	c.mds[c.n], c.n = rh, c.n+1
+	c.qbuf = req.Append(c.qbuf[:0])
+	qh, err := e.in.MDBind(lnet.MD{Start: c.qbuf, Threshold: 1, Handler: c.h, UserPtr: tagReq}, lnet.AutoUnlink)
 	if err != nil {
 		return err
 	}
-	mds = append(mds, rh)
-	qbuf := req.Append(make([]byte, 0, req.Len()))
-	qh, err := e.in.MDBind(lnet.MD{Start: qbuf, Threshold: 1, Handler: c.handler, UserPtr: tagReq}, lnet.AutoUnlink)
-	if err != nil {
-		return err
-	}
+	c.mds[c.n], c.n = qh, c.n+1
 	svc := req.Type.Service()
 	e.cnt.rpcsSent.Add(1)
 	if err := e.in.Put(lnetwire.NIDAny, qh, lnet.AckReqNo, to, svc.Portal(), uint64(svc), 0, 0); err != nil {
-		_ = e.in.MDUnlink(qh)
 		return err
 	}
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
 	sent, replied, bulkDone := false, false, bulk == nil
+	var status error
 	for !(sent && replied && bulkDone) {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-timer.C:
+		case <-c.timer.C:
 			e.cnt.rpcsExpired.Add(1)
 			return fmt.Errorf("%w: %v to %v after %v", ErrRPCTimeout, req.Type, to, timeout)
 		case ev := <-c.ch:
@@ -179,7 +217,6 @@ func (e *endpoint) call(ctx context.Context, to lnetwire.ProcessID, req *Msg, bu
 				sent = true
 			case tag == tagReply && ev.Type == lnet.EventPut:
 				replied = true
-				sent = true // a reply proves the request left
 				if err := ParseMsg(rbuf[:ev.MLength], rep); err != nil {
 					return fmt.Errorf("reply from %v: %w", to, err)
 				}
@@ -187,7 +224,11 @@ func (e *endpoint) call(ctx context.Context, to lnetwire.ProcessID, req *Msg, bu
 					return fmt.Errorf("reply from %v: %w: %v to a %v", to, ErrBadType, rep.Type, req.Type)
 				}
 				if rep.Status != 0 {
-					return &StatusError{Errno: syscall.Errno(rep.Status), Type: rep.Type}
+					// No bulk will come: wait only for the request's SEND.
+					status = &StatusError{Errno: syscall.Errno(rep.Status), Type: rep.Type}
+					if !bulkDone {
+						return status
+					}
 				}
 			case tag == tagBulk && (ev.Type == lnet.EventGet || ev.Type == lnet.EventPut):
 				if ev.MLength != len(bulk) {
@@ -197,14 +238,20 @@ func (e *endpoint) call(ctx context.Context, to lnetwire.ProcessID, req *Msg, bu
 			}
 		}
 	}
-	return nil
+	clean = true
+	return status
 }
+
+// replyBufs recycles reply encodings once their SEND event says the LND
+// is done with them.
+var replyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
 // sendReply PUTs rep to the requester's reply buffer. Failures are
 // counted; nobody waits for them.
 func (e *endpoint) sendReply(to lnetwire.ProcessID, rpyID uint64, rep *Msg) {
-	buf := rep.Append(make([]byte, 0, rep.Len()))
-	h, err := e.in.MDBind(lnet.MD{Start: buf, Threshold: 1, Handler: e.replySent}, lnet.AutoUnlink)
+	bp := replyBufs.Get().(*[]byte)
+	*bp = rep.Append((*bp)[:0])
+	h, err := e.in.MDBind(lnet.MD{Start: *bp, Threshold: 1, Handler: e.replyH, UserPtr: bp}, lnet.AutoUnlink)
 	if err == nil {
 		err = e.in.Put(lnetwire.NIDAny, h, lnet.AckReqNo, to, RDMAPortal, rpyID, 0, 0)
 	}
@@ -214,26 +261,32 @@ func (e *endpoint) sendReply(to lnetwire.ProcessID, rpyID uint64, rep *Msg) {
 	}
 }
 
+// replySent is the handler of reply MDs (bound once in newEndpoint).
 func (e *endpoint) replySent(ev *lnet.Event) {
 	if ev.Status != nil {
 		e.cnt.errors.Add(1)
 		e.log.Debug("selftest: reply failed", "to", ev.Target, "err", ev.Status)
+	}
+	if bp, ok := ev.MD.UserPtr.(*[]byte); ok && ev.Unlinked {
+		replyBufs.Put(bp)
 	}
 }
 
 // bulk moves buf between this node and the requester's bulk MD: GET it
 // (a brw write: the data comes to us) or PUT it (a brw read).
 func (e *endpoint) bulk(ctx context.Context, to lnetwire.ProcessID, bulkID uint64, buf []byte, op uint32, timeout time.Duration) error {
-	c := &call{ch: make(chan lnet.Event, 4)}
+	c := getCall(timeout)
+	clean := false
+	defer func() { e.release(c, clean) }()
 	thresh := 1
 	if op == BRWWrite {
 		thresh = 2 // SEND + REPLY
 	}
-	h, err := e.in.MDBind(lnet.MD{Start: buf, Threshold: thresh, Handler: c.handler}, lnet.AutoUnlink)
+	h, err := e.in.MDBind(lnet.MD{Start: buf, Threshold: thresh, Handler: c.h}, lnet.AutoUnlink)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = e.in.MDUnlink(h) }()
+	c.mds[0], c.n = h, 1
 	if op == BRWWrite {
 		err = e.in.Get(lnetwire.NIDAny, h, to, RDMAPortal, bulkID, 0)
 	} else {
@@ -242,25 +295,21 @@ func (e *endpoint) bulk(ctx context.Context, to lnetwire.ProcessID, bulkID uint6
 	if err != nil {
 		return err
 	}
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-timer.C:
+		case <-c.timer.C:
 			return fmt.Errorf("%w: bulk with %v after %v", ErrRPCTimeout, to, timeout)
 		case ev := <-c.ch:
 			if ev.Status != nil {
 				return fmt.Errorf("bulk %v with %v: %w", ev.Type, to, ev.Status)
 			}
-			if op == BRWWrite && ev.Type == lnet.EventReply {
-				if ev.MLength != len(buf) {
-					return fmt.Errorf("bulk GET from %v: %d bytes of %d", to, ev.MLength, len(buf))
-				}
-				return nil
+			if ev.Type == lnet.EventReply && ev.MLength != len(buf) {
+				return fmt.Errorf("bulk GET from %v: %d bytes of %d", to, ev.MLength, len(buf))
 			}
-			if op == BRWRead && ev.Type == lnet.EventSend {
+			if ev.Unlinked { // the MD's last event: SEND (and REPLY) done
+				clean = true
 				return nil
 			}
 		}
@@ -323,15 +372,33 @@ func (rb *reqBuffers) event(ev *lnet.Event) {
 		if ev.Status != nil || ev.MLength < ev.RLength {
 			rb.e.cnt.rpcsDropped.Add(1)
 		} else {
-			req := make([]byte, ev.MLength)
+			var bp *[]byte
+			if ev.MLength <= MaxTestMsg {
+				bp = smallReqs.Get().(*[]byte)
+			} else {
+				b := make([]byte, ev.MLength)
+				bp = &b
+			}
+			req := (*bp)[:ev.MLength]
 			copy(req, ev.MD.Start[ev.Offset:ev.Offset+ev.MLength])
-			go rb.handle(req, ev.Initiator)
+			go rb.serve(bp, req, ev.Initiator)
 		}
 	}
 	if ev.Unlinked {
 		if err := rb.attach(i); err != nil && !errors.Is(err, ErrClosed) {
 			rb.e.log.Warn("selftest: cannot repost request buffer", "portal", rb.portal, "err", err)
 		}
+	}
+}
+
+// smallReqs recycles the copies of test requests.
+var smallReqs = sync.Pool{New: func() any { b := make([]byte, MaxTestMsg); return &b }}
+
+// serve handles one request copy, then recycles it.
+func (rb *reqBuffers) serve(bp *[]byte, req []byte, from lnetwire.ProcessID) {
+	rb.handle(req, from)
+	if cap(*bp) == MaxTestMsg {
+		smallReqs.Put(bp)
 	}
 }
 

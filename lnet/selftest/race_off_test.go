@@ -1,0 +1,5 @@
+//go:build !race
+
+package selftest
+
+const raceEnabled = false

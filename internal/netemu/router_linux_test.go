@@ -10,6 +10,9 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os/exec"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -511,5 +514,48 @@ func TestUDPGSO(t *testing.T) {
 	t.Logf("stats %+v", s)
 	if s.Segmented == 0 {
 		t.Log("the kernel segmented before the router (no UDP GSO over veth)")
+	}
+}
+
+// TestCleanup checks that a router leaves no namespace or goroutine
+// behind.
+func TestCleanup(t *testing.T) {
+	before := runtime.NumGoroutine()
+	var names []string
+	t.Run("router", func(t *testing.T) {
+		r := netemu.New(t, netemu.Config{})
+		udpFlow(t, r.A, r.B, false, 10, 10, nil)
+		// Leave a packet queued at the end.
+		r.SetImpairment(netemu.Both, netemu.Impairment{Delay: time.Hour})
+		var tx *net.UDPConn
+		if err := r.A.Do(func() (err error) { tx, err = net.ListenUDP("udp", nil); return err }); err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Close()
+		deadline := time.Now().Add(5 * time.Second) // hang guard
+		for r.Queued() == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("nothing queued")
+			}
+			tx.WriteToUDPAddrPort([]byte("x"), netip.AddrPortFrom(r.B.Addr, 9))
+			time.Sleep(time.Millisecond)
+		}
+		names = []string{r.A.Name, r.NS, r.B.Name}
+	})
+	out, err := exec.Command("ip", "netns", "list").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	for _, n := range names {
+		if strings.Contains(string(out), n) {
+			t.Errorf("namespace %s survived the test", n)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second) // hang guard
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines before, %d after", before, runtime.NumGoroutine())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

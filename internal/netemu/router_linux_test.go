@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"softib/internal/netemu"
+	"softib/internal/testenv"
 )
 
 // Datagrams of the UDP tests: a 4-byte sequence number, a kind byte,
@@ -368,36 +369,69 @@ func TestTCPTransfer(t *testing.T) {
 	}
 }
 
-// TestTTL checks that the router decrements the TTL: a datagram sent
-// with TTL 1 is dropped there.
+// TestTTL checks that the router decrements the TTL (hop limit): a
+// datagram sent with TTL 1 is dropped there.
 func TestTTL(t *testing.T) {
-	r := netemu.New(t, netemu.Config{NoIPv6: true})
-	var tx *net.UDPConn
-	if err := r.A.Do(func() (err error) { tx, err = net.ListenUDP("udp", nil); return err }); err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Close()
-	rc, err := tx.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc.Control(func(fd uintptr) { err = setTTL(int(fd), 1) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.WriteToUDPAddrPort([]byte("x"), netip.AddrPortFrom(r.B.Addr, 9)); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(5 * time.Second) // hang guard
-	for r.Stats().AtoB.TTLExpired == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no TTL drop: %+v", r.Stats().AtoB)
+	r := netemu.New(t, netemu.Config{})
+	for i, dst := range []netip.Addr{r.B.Addr, r.B.Addr6} {
+		var tx *net.UDPConn
+		if err := r.A.Do(func() (err error) {
+			src := r.A.Addr
+			if dst.Is6() {
+				src = r.A.Addr6
+			}
+			tx, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(src, 0)))
+			return err
+		}); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(time.Millisecond)
+		defer tx.Close()
+		rc, err := tx.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc.Control(func(fd uintptr) {
+			if dst.Is4() {
+				err = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_TTL, 1)
+			} else {
+				err = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_UNICAST_HOPS, 1)
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.WriteToUDPAddrPort([]byte("x"), netip.AddrPortFrom(dst, 9)); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(5 * time.Second) // hang guard
+		for r.Stats().AtoB.TTLExpired != uint64(i+1) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no TTL drop to %v: %+v", dst, r.Stats().AtoB)
+			}
+			time.Sleep(time.Millisecond)
+		}
 	}
 }
 
-func setTTL(fd, ttl int) error { return unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_TTL, ttl) }
+// TestCommand pings B from a subprocess in A: ICMP crosses the router
+// too, and the reply shows the TTL the router decremented.
+func TestCommand(t *testing.T) {
+	testenv.RequireTool(t, "ping")
+	r := netemu.New(t, netemu.Config{})
+	for _, dst := range []netip.Addr{r.B.Addr, r.B.Addr6} {
+		out, err := r.A.Command("ping", "-c", "1", "-W", "5", dst.String()).CombinedOutput()
+		if err != nil {
+			t.Fatalf("ping %v: %v\n%s", dst, err, out)
+		}
+		// B answers with TTL (hop limit) 64, one less after the router.
+		if !strings.Contains(string(out), "ttl=63") {
+			t.Fatalf("ping %v: reply not routed once:\n%s", dst, out)
+		}
+	}
+	if s := r.Stats(); s.AtoB.Forwarded < 2 || s.BtoA.Forwarded < 2 {
+		t.Fatalf("stats %+v", s)
+	}
+}
 
 // BenchmarkForward measures the router's forwarding rate: the sender
 // blasts 64-byte UDP datagrams; delivered/s is what reached B.

@@ -112,6 +112,17 @@ func TestTsharkDecodesO2ib(t *testing.T) {
 	if n := len(tsharktest.Fields(t, path, []string{"frame.number"}, "-Y", "infiniband.mad.attributeid == 0x0010 && lnet.ib.type == 0xc0")); n == 0 {
 		t.Error("CONNREQ not decoded inside the CM REQ")
 	}
+	// The REQ goes to port 987 of RDMA_PS_TCP from a privileged port.
+	reqs := tsharktest.Fields(t, path, []string{"infiniband.cm.req.serviceid", "infiniband.cm.req.ip_cm.sport"}, "-Y", "lnet.ib.type == 0xc0")
+	for _, r := range reqs {
+		sport, err := strconv.ParseInt(r[1], 0, 32)
+		if r[0] != "0x00000000010603db" || err != nil || sport < 512 || sport > 1023 {
+			t.Errorf("CONNREQ REQ service ID %s, source port %s", r[0], r[1])
+		}
+	}
+	if len(reqs) == 0 {
+		t.Error("no CONNREQ")
+	}
 	if n := len(tsharktest.Fields(t, path, []string{"frame.number"}, "-Y", "lnet.ib_csum")); n == 0 {
 		t.Error("no checksummed message decoded")
 	}

@@ -294,3 +294,17 @@ func segment(dst, f []byte, p *ipPacket, plan gsoPlan, i int) int {
 	setL4Csum(dst, p.v6, p.proto, p.l4, n)
 	return n
 }
+
+// gateway returns the second-to-last address of p (.254 in a /24).
+func gateway(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	last, _ := netip.AddrFromSlice(b)
+	gw := last.Prev()
+	if !p.Contains(gw) || gw == p.Masked().Addr() {
+		return netip.Addr{}
+	}
+	return gw
+}

@@ -209,20 +209,6 @@ func (c *Config) fill() error {
 	return nil
 }
 
-// gateway returns the second-to-last address of p (.254 in a /24).
-func gateway(p netip.Prefix) netip.Addr {
-	b := p.Masked().Addr().AsSlice()
-	for i := p.Bits(); i < len(b)*8; i++ {
-		b[i/8] |= 0x80 >> (i % 8)
-	}
-	last, _ := netip.AddrFromSlice(b)
-	gw := last.Prev()
-	if !p.Contains(gw) || gw == p.Masked().Addr() {
-		return netip.Addr{}
-	}
-	return gw
-}
-
 func newHost(name, dev string, p4, p6 netip.Prefix, cfg Config) *Host {
 	h := &Host{Name: name, Dev: dev, MTU: cfg.MTU, Addr: p4.Addr(), Prefix: p4.Masked(), Gateway: gateway(p4)}
 	if !cfg.NoIPv6 {

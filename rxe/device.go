@@ -47,7 +47,6 @@ type Stats struct {
 	BadPKey        stats.Counter // P_Key mismatch
 	BadQKey        stats.Counter // UD Q_Key mismatch
 	BadSrcAddr     stats.Counter // RC/UC packet not from the QP's peer
-	BadDstAddr     stats.Counter // not addressed to the device's GID
 	RxQueueFull    stats.Counter // QP inbound ring full
 	RcvNoRecvWQE   stats.Counter // UD/UC message dropped: no receive posted
 	BadResp        stats.Counter // unexpected or malformed responses, dropped

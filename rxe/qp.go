@@ -285,7 +285,7 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 		a.EnSQDAsyncNotify = attr.EnSQDAsyncNotify
 	}
 	if next != q.state {
-		q.setState(next, false)
+		q.setState(next)
 		q.kick()
 	}
 	return nil
@@ -345,9 +345,10 @@ func (q *QP) checkAttr(a *verbs.QPAttr, mask verbs.QPAttrMask, dst *netip.AddrPo
 	return nil
 }
 
-// setState is the single mutation point of the QP state (mu held). byErr
-// marks a transition to ERR caused by a transport error.
-func (q *QP) setState(next verbs.QPState, byErr bool) {
+// setState is the single mutation point of the QP state (mu held): it
+// runs the side effects of entering a state (flush on ERR, clearing on
+// RESET, credits and retry counters on RTS, SQ_DRAINED in SQD).
+func (q *QP) setState(next verbs.QPState) {
 	prev := q.state
 	q.state = next
 	q.stateA.Store(uint32(next))
@@ -370,7 +371,6 @@ func (q *QP) setState(next verbs.QPState, byErr bool) {
 			}
 		}
 	}
-	_ = byErr
 }
 
 // fail moves the QP to ERR after a transport error and raises the async
@@ -379,7 +379,7 @@ func (q *QP) fail(ev verbs.EventType) {
 	if q.state == verbs.QPStateErr {
 		return
 	}
-	q.setState(verbs.QPStateErr, true)
+	q.setState(verbs.QPStateErr)
 	q.dev.raise(verbs.AsyncEvent{Type: ev, QP: q})
 }
 
@@ -443,7 +443,7 @@ func (q *QP) Drain() error {
 		if q.state == verbs.QPStateReset {
 			return fmt.Errorf("rxe: drain QP in RESET: %w", verbs.ErrQPState)
 		}
-		q.setState(verbs.QPStateErr, false)
+		q.setState(verbs.QPStateErr)
 	}
 	for (q.sq.len() > 0 || q.rq.len() > 0) && !q.dead && q.state == verbs.QPStateErr {
 		q.drainC.Wait()
@@ -466,7 +466,7 @@ func (q *QP) destroy() bool {
 		return false
 	}
 	if q.state != verbs.QPStateErr && q.state != verbs.QPStateReset {
-		q.setState(verbs.QPStateErr, false)
+		q.setState(verbs.QPStateErr)
 	}
 	q.dead = true
 	q.drainC.Broadcast()
@@ -743,7 +743,7 @@ func (q *QP) postOne(wr *verbs.SendWR) error {
 	if inline {
 		if wr.InlineData != nil {
 			w.data = append(w.data, wr.InlineData...)
-		} else if st := q.gather(w, nil); st != verbs.WCSuccess {
+		} else if st := q.gather(w); st != verbs.WCSuccess {
 			q.sq.tail-- // unpost
 			return fmt.Errorf("rxe: post send wr %d: inline SGL: %w", wr.ID, verbs.ErrInvalidLKey)
 		}

@@ -92,7 +92,7 @@ func (q *QP) resolve(sgl []verbs.SGE, segs *[][]byte, write bool) verbs.WCStatus
 }
 
 // gather copies an SGL's bytes into w.data (inline sends).
-func (q *QP) gather(w *sendWQE, _ []byte) verbs.WCStatus {
+func (q *QP) gather(w *sendWQE) verbs.WCStatus {
 	if st := q.resolve(w.sgl, &w.segs, false); st != verbs.WCSuccess {
 		return st
 	}

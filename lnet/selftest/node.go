@@ -393,6 +393,9 @@ func (s *Service) stopBatch(b *batch) {
 	s.mu.Unlock()
 }
 
+// stopGrace is how long a stopped test waits for its RPCs in flight.
+const stopGrace = 3 * time.Second
+
 // runTest is the client side of one test: Concurrency workers issuing
 // RPCs to the servers round robin until Loop RPCs are done or ctx ends.
 func (s *Service) runTest(ctx context.Context, sid SID, t *TestBody) {
@@ -413,6 +416,13 @@ func (s *Service) runTest(ctx context.Context, sid SID, t *TestBody) {
 		left.n--
 		return true
 	}
+	// Stopping lets RPCs in flight finish for stopGrace before they are
+	// abandoned: an abandoned RPC leaves its server waiting on a bulk
+	// that never comes, to fail later as a spurious error.
+	actx, abort := context.WithCancel(context.WithoutCancel(ctx))
+	defer abort()
+	stopWatch := context.AfterFunc(ctx, func() { time.AfterFunc(stopGrace, abort) })
+	defer stopWatch()
 	var wg sync.WaitGroup
 	for w := range int(t.Concurrency) {
 		wg.Add(1)
@@ -425,9 +435,9 @@ func (s *Service) runTest(ctx context.Context, sid SID, t *TestBody) {
 			rbuf := make([]byte, 512)
 			for i := w; ctx.Err() == nil && take(); i += int(t.Concurrency) {
 				srv := t.Servers[i%len(t.Servers)]
-				err := s.testRPC(ctx, sid, t, srv, bulk, rbuf, uint32(i))
-				if ctx.Err() != nil {
-					return // stopped: the RPC in flight is not an error
+				err := s.testRPC(actx, sid, t, srv, bulk, rbuf, uint32(i))
+				if err != nil && ctx.Err() != nil {
+					return // stopped: an RPC cut short is not an error
 				}
 				if err != nil {
 					s.ep.cnt.errors.Add(1)

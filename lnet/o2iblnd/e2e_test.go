@@ -200,7 +200,11 @@ func putGet(t *testing.T, s, r *node, size int, bits uint64, frags int) {
 		t.Fatalf("%d B: PUT data differs", size)
 	}
 	back := make([]byte, size)
-	gh, err := s.in.MDBind(lnet.MD{Start: back, Threshold: 2, EQ: s.eq}, lnet.AutoUnlink)
+	md := lnet.MD{Start: back, Threshold: 2, EQ: s.eq}
+	if frags > 1 && size >= frags {
+		md.IOV = split(back, frags) // the reply lands in several fragments too
+	}
+	gh, err := s.in.MDBind(md, lnet.AutoUnlink)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -475,7 +475,13 @@ func (c *conn) handlePutAck(r *rx) {
 	c.mu.Unlock()
 	c.repost(r, RepostReservedCredit)
 
-	nob, err := d.initRDMA(t, t.lntmsg[0].Payload)
+	// Write what the sink takes: it may have matched fewer bytes than
+	// the PUT carries (truncation).
+	src := t.lntmsg[0].Payload
+	if sz := rd.Size(); int64(src.Len) > sz {
+		src = src.Slice(0, int(sz))
+	}
+	nob, err := d.initRDMA(t, src)
 	status := int32(nob)
 	if err != nil {
 		t.status = err

@@ -63,3 +63,39 @@ func TestLazyPortal(t *testing.T) {
 		}
 	}
 }
+
+// TestTruncatedPut: a large PUT into a smaller MD with truncation
+// allowed moves only what matched (the source writes at most the sink
+// descriptor's size) and reports it in the events.
+func TestTruncatedPut(t *testing.T) {
+	a, b := newNode(t, o2iblnd.Config{}), newNode(t, o2iblnd.Config{})
+	for i, tc := range []struct{ send, room int }{{100 << 10, 50 << 10}, {3000, 1000}} {
+		buf := make([]byte, tc.room)
+		me, err := b.in.MEAttach(e2ePortal, lnetwire.ProcessIDAny, uint64(500+i), 0, lnet.AutoUnlink, lnet.InsAfter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.in.MDAttach(me, lnet.MD{Start: buf, Threshold: 1, Options: lnet.MDOpPut | lnet.MDTruncate, EQ: b.eq}, lnet.AutoUnlink); err != nil {
+			t.Fatal(err)
+		}
+		src := pattern(tc.send, 9)
+		h, err := a.in.MDBind(lnet.MD{Start: src, Threshold: 2, EQ: a.eq}, lnet.AutoUnlink)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.in.Put(lnetwire.NIDAny, h, lnet.AckReqYes, b.id(), e2ePortal, uint64(500+i), 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		if ev := poll(t, b); ev.Type != lnet.EventPut || ev.Status != nil || ev.MLength != tc.room || ev.RLength != tc.send {
+			t.Fatalf("receiver %v %v mlen %d rlen %d", ev.Type, ev.Status, ev.MLength, ev.RLength)
+		}
+		for range 2 {
+			if ev := poll(t, a); ev.Status != nil || (ev.Type == lnet.EventAck && ev.MLength != tc.room) {
+				t.Fatalf("sender %v %v mlen %d", ev.Type, ev.Status, ev.MLength)
+			}
+		}
+		if !bytes.Equal(buf, src[:tc.room]) {
+			t.Fatal("truncated data differs")
+		}
+	}
+}

@@ -70,11 +70,14 @@
 // Limits: IPv6 extension headers are forwarded but not looked into (a
 // port Filter does not match such packets, and GSO behind them is
 // dropped as Malformed); no ICMP is generated (TTL expiry is counted);
-// throughput is far below a bare veth. The userspace work is about
-// 0.35µs per packet (0.6µs impaired, BenchmarkHandle); the system calls
-// around it dominate: on a 2-vCPU VM under load, 64-byte datagrams
-// crossed at about 60,000 packets/s (BenchmarkForward). A sender that
-// outpaces the router loses packets in the router's socket buffer,
+// throughput is below a bare veth. The userspace work is about 0.35µs
+// per packet (0.6µs impaired, BenchmarkHandle); the system calls around
+// it dominate, so frames are read with recvmmsg and written with
+// sendmmsg in batches. On a 2-vCPU VM shared with other jobs, 64-byte
+// datagrams crossed at 40,000 to 170,000 packets/s depending on load,
+// limited by the sender rather than the router (BenchmarkForward). A
+// sender that outpaces the router loses packets in the router's socket
+// buffer (8 MiB),
 // counted as KernelDrop. New needs root (testenv.RequireRoot) and the
 // ip tool, and removes every namespace with t.Cleanup.
 //

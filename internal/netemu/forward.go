@@ -25,9 +25,17 @@ func newForwarder(l *lane, inMAC, outMAC, peerMAC net.HardwareAddr, dst4, dst6 n
 	return &forwarder{lane: l, c: &l.c, inMAC: inMAC, outMAC: outMAC, peerMAC: peerMAC, dst4: dst4, dst6: dst6, mtu: mtu}
 }
 
-// handle routes one frame as read from the ingress packet socket:
-// virtio header, then Ethernet frame. b is only borrowed.
+// handle routes one frame as read from the ingress packet socket
+// (virtio header, then Ethernet frame) and sends what is due at once.
+// b is only borrowed.
 func (fw *forwarder) handle(b []byte) {
+	fw.route(b)
+	fw.lane.pushLocked()
+}
+
+// route is handle without the push: the packets due at once wait on
+// the lane's out list for the next push.
+func (fw *forwarder) route(b []byte) {
 	if len(b) < vnetLen+ethLen {
 		fw.c.Malformed.Inc()
 		return

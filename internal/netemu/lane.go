@@ -15,8 +15,10 @@ import (
 //	                  └─ queue (heap by due time) / held ─▶ lane.run ─▶ transmit
 //
 // The ingress goroutine calls input; the lane's scheduler goroutine
-// (run) sends queued packets when they fall due. Both transmit under mu,
-// so packets leave in the order the model decided.
+// (run) sends queued packets when they fall due. Both transmit under mu
+// into the out list, which push hands to the egress socket in one
+// batch (sendmmsg), so packets leave in the order the model decided.
+// The ingress goroutine pushes once per batch of frames it read.
 
 // packet is a frame on its way through a lane. buf holds a zeroed
 // virtio header followed by the Ethernet frame, ready for the egress
@@ -84,6 +86,13 @@ type sender interface {
 	send(b []byte) error
 }
 
+// batchSender is a sender that can also send many frames at once; it
+// returns how many of them failed.
+type batchSender interface {
+	sender
+	sendBatch(ps []*packet) (failed int)
+}
+
 // lane is one direction's impairment model and queue.
 type lane struct {
 	c    counters
@@ -94,6 +103,7 @@ type lane struct {
 	imp      Impairment // with defaults applied
 	rng      *rand.Rand
 	tx       sender
+	out      []*packet // transmitted, waiting for push
 	seq      uint64    // seq of the next packet to arrive
 	sentHigh uint64    // 1 + highest seq sent so far
 	linkFree time.Time // Rate: when the emulated link is next idle
@@ -216,21 +226,16 @@ func later(a, b time.Time) time.Time {
 	return a
 }
 
-// transmit sends p, then every held packet that has now been overtaken
-// by enough later packets.
+// transmit puts p on the out list, then every held packet that has now
+// been overtaken by enough later packets.
 func (l *lane) transmit(p *packet) {
 	for p != nil {
-		if err := l.tx.send(p.buf[:p.n]); err != nil {
-			l.c.TxErrors.Inc()
-		} else {
-			l.c.Forwarded.Inc()
-		}
+		l.out = append(l.out, p)
 		if p.seq+1 < l.sentHigh {
 			l.c.Reordered.Inc()
 		}
 		l.sentHigh = max(l.sentHigh, p.seq+1)
 		seq := p.seq
-		l.pool.put(p)
 		p = nil
 		for _, h := range l.held {
 			if h.seq < seq {
@@ -244,6 +249,37 @@ func (l *lane) transmit(p *packet) {
 			}
 		}
 	}
+}
+
+// push sends the out list. l.mu must be held.
+func (l *lane) push() {
+	if len(l.out) == 0 {
+		return
+	}
+	failed := 0
+	if bs, ok := l.tx.(batchSender); ok {
+		failed = bs.sendBatch(l.out)
+	} else {
+		for _, p := range l.out {
+			if l.tx.send(p.buf[:p.n]) != nil {
+				failed++
+			}
+		}
+	}
+	l.c.Forwarded.Add(uint64(len(l.out) - failed))
+	l.c.TxErrors.Add(uint64(failed))
+	for i, p := range l.out {
+		l.pool.put(p)
+		l.out[i] = nil
+	}
+	l.out = l.out[:0]
+}
+
+// pushLocked is push for callers that do not hold l.mu.
+func (l *lane) pushLocked() {
+	l.mu.Lock()
+	l.push()
+	l.mu.Unlock()
 }
 
 // unhold removes held[i] and returns it.
@@ -269,6 +305,7 @@ func (l *lane) flush(now time.Time) time.Time {
 		l.transmit(l.unhold(i))
 		i = 0 // transmit may have released others
 	}
+	l.push()
 	var next time.Time
 	if len(l.q) > 0 {
 		next = l.q[0].due
@@ -315,7 +352,10 @@ func (l *lane) drain() {
 	for _, p := range l.held {
 		l.pool.put(p)
 	}
-	l.q, l.held = nil, nil
+	for _, p := range l.out {
+		l.pool.put(p)
+	}
+	l.q, l.held, l.out = nil, nil, nil
 }
 
 // queued returns how many packets wait in the lane.

@@ -77,9 +77,9 @@
 // datagrams crossed at 40,000 to 170,000 packets/s depending on load,
 // limited by the sender rather than the router (BenchmarkForward). A
 // sender that outpaces the router loses packets in the router's socket
-// buffer (8 MiB),
-// counted as KernelDrop. New needs root (testenv.RequireRoot) and the
-// ip tool, and removes every namespace with t.Cleanup.
+// buffer (8 MiB), counted as KernelDrop. New needs root
+// (testenv.RequireRoot) and the ip tool, and removes every namespace
+// with t.Cleanup.
 //
 // The namespace parts are Linux-only; the impairment model builds
 // everywhere.

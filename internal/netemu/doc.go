@@ -38,9 +38,10 @@
 // each segment is impaired separately, as on a real wire. Per direction,
 // one goroutine reads the ingress socket and runs the impairment model
 // (math/rand/v2 PCG seeded with Config.Seed, so decisions are
-// reproducible for a given packet order); packets due at once leave
-// straight away, delayed ones wait in a heap that one scheduler
-// goroutine per direction sends when due. The sockets are created on an
+// reproducible for a given packet order); packets due at once leave at
+// the end of each batch of frames read, delayed ones wait in a heap
+// that one scheduler goroutine per direction sends when due. Frames are
+// read with recvmmsg and written with sendmmsg. The sockets are created on an
 // OS thread that entered nsR (runtime.LockOSThread + setns, see
 // Host.Do); a socket stays in the namespace it was created in, so the
 // goroutines using it afterwards may run on any thread. Steady-state

@@ -168,16 +168,18 @@ func TestUnimpaired(t *testing.T) {
 		name     string
 		from, to *netemu.Host
 		v6       bool
+		n, size  int
 	}{
-		{"AtoB", r.A, r.B, false},
-		{"BtoA", r.B, r.A, false},
-		{"AtoB6", r.A, r.B, true},
+		{"AtoB", r.A, r.B, false, 2000, 1200},
+		{"BtoA", r.B, r.A, false, 2000, 1200},
+		{"AtoB6", r.A, r.B, true, 2000, 1200},
+		{"AtoB-fragmented", r.A, r.B, false, 100, 5000}, // IP fragments cross too
+		{"BtoA6-fragmented", r.B, r.A, true, 100, 5000},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			const n = 2000
-			got := udpFlow(t, c.from, c.to, c.v6, n, 1200, nil)
-			if len(got) != n {
-				t.Fatalf("got %d of %d datagrams; stats %+v", len(got), n, r.Stats())
+			got := udpFlow(t, c.from, c.to, c.v6, c.n, c.size, nil)
+			if len(got) != c.n {
+				t.Fatalf("got %d of %d datagrams; stats %+v", len(got), c.n, r.Stats())
 			}
 			want := c.from.Addr
 			if c.v6 {

@@ -778,9 +778,8 @@ func (l *lst) quick(ctx context.Context, args []string) int {
 	}
 	all := c.AllNodes()
 	start := TakeSample(c.Stat(ctx, all))
-	rctx, cancel := context.WithTimeout(ctx, time.Duration(*seconds*float64(time.Second)))
-	n := max(1, int(*seconds / *delay))
-	_, err = statLoop(rctx, c, []string{"clients", "servers"}, time.Duration(*delay*float64(time.Second)), n, func(gs []GroupStats) {
+	n := max(1, int(*seconds / *delay + 0.5))
+	_, err = statLoop(ctx, c, []string{"clients", "servers"}, time.Duration(*delay*float64(time.Second)), n, func(gs []GroupStats) {
 		res.Samples = append(res.Samples, gs)
 		if !*asJSON {
 			for i := range gs {
@@ -788,14 +787,15 @@ func (l *lst) quick(ctx context.Context, args []string) int {
 			}
 		}
 	})
-	cancel()
 	if err != nil {
 		return l.fail(err)
 	}
-	if _, err := c.BatchOp(ctx, "quick", BatchStop); err != nil {
+	// Interrupted (SIGINT) or not, stop the batch and read the totals.
+	pctx := context.WithoutCancel(ctx)
+	if _, err := c.BatchOp(pctx, "quick", BatchStop); err != nil {
 		problem("stop: %v", err)
 	}
-	end := TakeSample(c.Stat(ctx, all))
+	end := TakeSample(c.Stat(pctx, all))
 	res.Seconds = end.Time.Sub(start.Time).Seconds()
 	for _, nid := range all {
 		r := end.Nodes[nid]

@@ -92,6 +92,10 @@ func (pd *PD) CreateQP(a *verbs.QPInitAttr) (verbs.QP, error) {
 		return nil, fmt.Errorf("rxe: create QP: capabilities %+v out of range: %w", c, verbs.ErrInvalidArgument)
 	}
 	c.MaxSendWR, c.MaxSendSGE = max(c.MaxSendWR, 1), max(c.MaxSendSGE, 1)
+	// rxe sizes a send WQE to hold either the SGEs (16 bytes each) or the
+	// inline data, so the inline capacity is at least 16 × max_send_sge
+	// (capped at the device's 400 here).
+	c.MaxInlineData = min(max(c.MaxInlineData, 16*c.MaxSendSGE), MaxInline)
 	if srq != nil {
 		c.MaxRecvWR, c.MaxRecvSGE = 0, 0
 	} else {

@@ -107,8 +107,9 @@ func BenchmarkRCWrite(b *testing.B) {
 	b.Run("1MiB", func(b *testing.B) { benchWrite(b, 1<<20) })
 }
 
-func benchPingPong(b *testing.B, busy bool) {
-	x, y := benchPair(b, busy, 4096)
+func benchPingPong(b *testing.B, busy bool, typ verbs.QPType) {
+	cfg := rxe.Config{DeviceConfig: verbs.DeviceConfig{NetMTU: 9000, BusyPoll: busy}}
+	x, y := pair(b, typ, cfg, connOpts{mtu: verbs.MTU4096}, 4096)
 	wcx, wcy := make([]verbs.WC, 1), make([]verbs.WC, 1)
 	rx := []verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{x.mr.SGE(0, 64)}}}
 	ry := []verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{y.mr.SGE(0, 64)}}}
@@ -159,8 +160,9 @@ func benchPingPong(b *testing.B, busy bool) {
 // BenchmarkRCSendPingPong measures 8-byte RC SEND ping-pong latency
 // (reported as half the round trip).
 func BenchmarkRCSendPingPong(b *testing.B) {
-	b.Run("normal", func(b *testing.B) { benchPingPong(b, false) })
-	b.Run("busypoll", func(b *testing.B) { benchPingPong(b, true) })
+	b.Run("normal", func(b *testing.B) { benchPingPong(b, false, verbs.QPTypeRC) })
+	b.Run("busypoll", func(b *testing.B) { benchPingPong(b, true, verbs.QPTypeRC) })
+	b.Run("UC", func(b *testing.B) { benchPingPong(b, false, verbs.QPTypeUC) })
 }
 
 // BenchmarkUDPPingPong is the baseline: raw Go UDP ping-pong of 8 bytes

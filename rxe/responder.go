@@ -101,8 +101,26 @@ func (q *QP) completeRecv(wc *verbs.WC, solicited bool) {
 	}
 }
 
+// lengthOK applies IBA's packet length rules to SEND/WRITE packets:
+// FIRST and MIDDLE carry exactly the path MTU, LAST and ONLY at most that.
+// (rxe 6.1 does not check; a packet that breaks them is corrupt or
+// truncated, and dropping it lets go-back-N recover.)
+func (q *QP) lengthOK(p *packet) bool {
+	if !p.op.Is(roce.MaskPayload) {
+		return true
+	}
+	if p.op.Is(roce.MaskEnd) {
+		return p.pay <= q.mtu
+	}
+	return p.pay == q.mtu
+}
+
 // respond handles a request packet.
 func (q *QP) respond(p *packet, now int64) {
+	if q.typ != verbs.QPTypeUD && q.typ != verbs.QPTypeGSI && !q.lengthOK(p) {
+		q.dev.stats.BadLength.Inc()
+		return
+	}
 	switch q.typ {
 	case verbs.QPTypeUD, verbs.QPTypeGSI:
 		q.respondUD(p)

@@ -4,6 +4,7 @@ import (
 	"os"
 
 	"softib/lnet/selftest"
+	"softib/tools/lnetd"
 )
 
 func init() {
@@ -13,7 +14,16 @@ func init() {
 		run: func(args []string) int {
 			ctx, stop := toolContext()
 			defer stop()
-			return selftest.RunLst(ctx, args, os.Stdout, os.Stderr)
+			return selftest.RunLst(ctx, args, os.Stdout, os.Stderr, selftest.LstOptions{
+				Dial: func(path string) (selftest.ControlCall, func(), error) {
+					cl, err := lnetd.Dial(path)
+					if err != nil {
+						return nil, nil, err
+					}
+					return cl.Call, func() { cl.Close() }, nil
+				},
+				DefaultSocket: lnetd.DefaultSocketPath(),
+			})
 		},
 	})
 }

@@ -27,7 +27,8 @@ import (
 const lstUsage = `usage: softib lst [--session FILE] <command> [flags] [args]
 
 Session (kept in FILE between invocations):
-  new_session NAME [--timeout 300] [--force] [--if ADDR] [--port 988] [--net tcp] [--rpc-timeout 10]
+  new_session NAME [--timeout 300] [--force] [--if ADDR] [--port 988] [--net tcp]
+              [--rpc-timeout 10] [--socket PATH]
   show_session
   end_session
   add_group NAME NID... (ranges: 192.168.1.[2-5]@tcp)
@@ -41,27 +42,40 @@ Session (kept in FILE between invocations):
 
 One-shot (no session file; exits 1 on any RPC error or data mismatch):
   quick --from NIDS --to NIDS [--seconds 5] [--delay 1] [--concurrency N]
-        [--distribute a:b] [--json] [--force] [--if ADDR] [--port 988]
+        [--distribute a:b] [--json] [--force] [--if ADDR] [--port 988] [--socket PATH]
         brw read|write size=1M check=full  |  ping
 
 The session file defaults to $XDG_RUNTIME_DIR/softib/lst-$LST_SESSION.json
 (else /tmp/softib-$UID/...; LST_SESSION defaults to "default"). Nodes are
 lnetd instances (their selftest service); lst talks LNet to them from a
 short-lived LNet node of its own (--if picks its address; default: the
-address the kernel routes towards the first node).
+address the kernel routes towards the first node). When that address is a
+node's own NID (lst run on a node), or with --socket, the console RPCs go
+through the local lnetd instead.
 `
+
+// LstOptions connect the CLI to lnetd (which lives above this package).
+type LstOptions struct {
+	// Dial connects to the lnetd control socket at path and returns its
+	// call function and a close function.
+	Dial func(path string) (ControlCall, func(), error)
+	// DefaultSocket is lnetd's default control socket, used when the
+	// console's own address would be a node's NID.
+	DefaultSocket string
+}
 
 // lst is one invocation.
 type lst struct {
 	out, errw io.Writer
 	path      string
 	log       *slog.Logger
+	opts      LstOptions
 }
 
 // RunLst is `softib lst`. It returns the exit code: 0 success, 1 a failed
 // operation (or, for quick and stat, any RPC error), 2 a bad command line.
-func RunLst(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	l := &lst{out: stdout, errw: stderr, path: defaultSessionPath(),
+func RunLst(ctx context.Context, args []string, stdout, stderr io.Writer, opts LstOptions) int {
+	l := &lst{out: stdout, errw: stderr, path: defaultSessionPath(), opts: opts,
 		log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))}
 	for len(args) > 0 && strings.HasPrefix(args[0], "-") {
 		a := args[0]
@@ -211,25 +225,12 @@ func ConsoleNode(netName, addr string, port int, toward lnetwire.NID, log *slog.
 	if port == 0 {
 		port = socklnd.DefaultAcceptPort
 	}
-	var ip netip.Addr
-	if addr != "" {
-		if ip, err = netip.ParseAddr(addr); err != nil || !ip.Is4() {
-			return nil, 0, fmt.Errorf("--if %q: want an IPv4 address", addr)
-		}
-	} else {
-		a := toward.Addr()
-		dst := netip.AddrFrom4([4]byte{byte(a >> 24), byte(a >> 16), byte(a >> 8), byte(a)})
-		// A UDP "connection" sends nothing: it asks the kernel which
-		// source address the route to the node uses.
-		c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, uint16(port))))
-		if err != nil {
-			return nil, 0, fmt.Errorf("no route to %v: %v (give --if)", toward, err)
-		}
-		ip = c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap()
-		c.Close()
+	nid, err := ConsoleNID(nt, addr, port, toward)
+	if err != nil {
+		return nil, 0, err
 	}
-	b := ip.As4()
-	nid := lnetwire.MakeNID(nt, binary.BigEndian.Uint32(b[:]))
+	a := nid.Addr()
+	ip := netip.AddrFrom4([4]byte{byte(a >> 24), byte(a >> 16), byte(a >> 8), byte(a)})
 	in, err := lnet.New(lnet.Config{
 		LNDs: []lnd.LND{socklnd.New(socklnd.Config{})},
 		Nets: []lnet.NetConfig{{Net: nt, Addr: nid.Addr(), Interfaces: []string{ip.String()},
@@ -242,15 +243,67 @@ func ConsoleNode(netName, addr string, port int, toward lnetwire.NID, log *slog.
 	return in, nid, nil
 }
 
+// ConsoleNID is the NID a console node on net nt gets: addr, or the local
+// address the kernel routes towards toward.
+func ConsoleNID(nt lnetwire.Net, addr string, port int, toward lnetwire.NID) (lnetwire.NID, error) {
+	var ip netip.Addr
+	var err error
+	if addr != "" {
+		if ip, err = netip.ParseAddr(addr); err != nil || !ip.Is4() {
+			return 0, fmt.Errorf("--if %q: want an IPv4 address", addr)
+		}
+	} else {
+		a := toward.Addr()
+		dst := netip.AddrFrom4([4]byte{byte(a >> 24), byte(a >> 16), byte(a >> 8), byte(a)})
+		// A UDP "connection" sends nothing: it asks the kernel which
+		// source address the route to the node uses.
+		c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, uint16(port))))
+		if err != nil {
+			return 0, fmt.Errorf("no route to %v: %v (give --if)", toward, err)
+		}
+		ip = c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap()
+		c.Close()
+	}
+	b := ip.As4()
+	return lnetwire.MakeNID(nt, binary.BigEndian.Uint32(b[:])), nil
+}
+
 // console loads the session and starts the console node; toward names a
 // node to route to when the session has no address yet.
-func (l *lst) console(st *State, toward lnetwire.NID) (*Console, func(), error) {
+func (l *lst) console(st *State, toward lnetwire.NID, more ...lnetwire.NID) (*Console, func(), error) {
 	if toward == 0 {
 		if all := (&Console{State: st}).AllNodes(); len(all) > 0 {
 			toward = all[0]
 		} else {
 			toward = lnetwire.MustParseNID("127.0.0.1@tcp")
 		}
+	}
+	if st.Socket == "" && l.opts.DefaultSocket != "" {
+		// On a node, the console's address is the node's own NID: a
+		// second LNet instance cannot use it, the local lnetd can.
+		nt, _ := lnetwire.ParseNet(st.Net)
+		if st.Net == "" {
+			nt = lnetwire.MakeNet(lnetwire.SOCKLND, 0)
+		}
+		if nid, err := ConsoleNID(nt, st.If, st.Port, toward); err == nil {
+			nodes := append(append((&Console{State: st}).AllNodes(), toward), more...)
+			if _, isNode := indexNID(nodes, nid); isNode {
+				st.Socket = l.opts.DefaultSocket
+			}
+		}
+	}
+	if st.Socket != "" {
+		if l.opts.Dial == nil {
+			return nil, nil, errors.New("this build cannot reach lnetd (no control-socket dialer)")
+		}
+		call, closeFn, err := l.opts.Dial(st.Socket)
+		if err != nil {
+			return nil, nil, fmt.Errorf("console through lnetd: %w", err)
+		}
+		if st.Console == "" {
+			st.Console = "lnetd:" + st.Socket
+		}
+		return NewConsoleVia(ProxyCaller(call), st), closeFn, nil
 	}
 	in, nid, err := ConsoleNode(st.Net, st.If, st.Port, toward, l.log)
 	if err != nil {
@@ -280,6 +333,7 @@ func (l *lst) newSession(args []string) int {
 	port := fs.Int("port", socklnd.DefaultAcceptPort, "nodes' acceptor port")
 	netName := fs.String("net", "tcp", "console's LNet network")
 	rpcTimeout := fs.Int("rpc-timeout", 10, "seconds to wait for each node's reply")
+	sock := fs.String("socket", "", "send console RPCs through the lnetd at this control socket")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return 2
@@ -294,7 +348,7 @@ func (l *lst) newSession(args []string) int {
 		return l.fail(fmt.Errorf("session %q is active (%s): end_session first", st.Name, l.path))
 	}
 	st := &State{Name: pos[0], Stamp: randomStamp(), Timeout: *timeout, Force: *force, Net: *netName, If: *ifAddr,
-		Port: *port, RPCTimeout: *rpcTimeout, Groups: []Group{}, Batches: []Batch{}}
+		Port: *port, RPCTimeout: *rpcTimeout, Socket: *sock, Groups: []Group{}, Batches: []Batch{}}
 	if err := l.save(st); err != nil {
 		return l.fail(err)
 	}
@@ -357,7 +411,7 @@ func (l *lst) addGroup(ctx context.Context, args []string) int {
 	if err != nil {
 		return l.fail(err)
 	}
-	c, done, err := l.console(st, nids[0])
+	c, done, err := l.console(st, nids[0], nids...)
 	if err != nil {
 		return l.fail(err)
 	}
@@ -684,7 +738,8 @@ func (l *lst) quick(ctx context.Context, args []string) int {
 	ifAddr := fs.String("if", "", "console's IPv4 address")
 	port := fs.Int("port", socklnd.DefaultAcceptPort, "nodes' acceptor port")
 	netName := fs.String("net", "tcp", "console's LNet network")
-	rpcTimeout := fs.Int("rpc-timeout", 10, "seconds to wait for a node's reply (and each test RPC on the nodes is bounded by their own timeout)")
+	rpcTimeout := fs.Int("rpc-timeout", 10, "seconds to wait for a node's reply")
+	sock := fs.String("socket", "", "send console RPCs through the lnetd at this control socket")
 	var testArgs []string
 	for i, a := range args {
 		if a == "brw" || a == "ping" {
@@ -727,8 +782,8 @@ func (l *lst) quick(ctx context.Context, args []string) int {
 		return l.usage("--from and --to need NIDs")
 	}
 	st := &State{Name: "quick", Stamp: randomStamp(), Timeout: int(*seconds) + 60, Force: *force, Net: *netName,
-		If: *ifAddr, Port: *port, RPCTimeout: *rpcTimeout}
-	c, done, err := l.console(st, servers[0])
+		If: *ifAddr, Port: *port, RPCTimeout: *rpcTimeout, Socket: *sock}
+	c, done, err := l.console(st, servers[0], clients...)
 	if err != nil {
 		return l.fail(err)
 	}

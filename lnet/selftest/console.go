@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"softib/lnet"
@@ -27,6 +28,9 @@ type State struct {
 	Net  string `json:"net,omitempty"`
 	If   string `json:"if,omitempty"`
 	Port int    `json:"port,omitempty"`
+	// Socket, when set, sends the console RPCs through the lnetd at this
+	// control socket instead of a console LNet node (see ProxyOp).
+	Socket string `json:"socket,omitempty"`
 	// RPCTimeout bounds each console RPC, seconds.
 	RPCTimeout int     `json:"rpc_timeout,omitempty"`
 	Groups     []Group `json:"groups"`
@@ -194,7 +198,7 @@ func expandRange(s string) ([]string, error) {
 // Console drives nodes' selftest services over LNet from one instance.
 // It holds no session state of its own beyond State.
 type Console struct {
-	ep      *endpoint
+	call    Caller
 	State   *State
 	Timeout time.Duration
 }
@@ -204,11 +208,17 @@ func NewConsole(in *lnet.Instance, st *State, log *slog.Logger) *Console {
 	if log == nil {
 		log = slog.Default()
 	}
+	return NewConsoleVia(newEndpoint(in, log).callBytes, st)
+}
+
+// NewConsoleVia returns a console sending its RPCs through call (e.g.
+// ProxyCaller of a local lnetd).
+func NewConsoleVia(call Caller, st *State) *Console {
 	to := time.Duration(st.RPCTimeout) * time.Second
 	if to <= 0 {
 		to = 10 * time.Second
 	}
-	return &Console{ep: newEndpoint(in, log), State: st, Timeout: to}
+	return &Console{call: call, State: st, Timeout: to}
 }
 
 // SID returns the session id.
@@ -232,12 +242,27 @@ func (c *Console) each(ctx context.Context, nids []lnetwire.NID, mk func(i int, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rpy, _ := c.ep.newIDs()
 			var m Msg
 			mk(i, &m)
-			m.RpyID, m.SID = rpy, c.SID()
+			m.SID = c.SID()
 			res[i].NID = n
-			res[i].Err = c.ep.call(ctx, lnetwire.ProcessID{NID: n, PID: lnetwire.PIDLustre}, &m, nil, 0, c.Timeout, &res[i].Rep, make([]byte, 1024))
+			rep, err := c.call(ctx, n, m.Append(nil), c.Timeout)
+			if err != nil {
+				res[i].Err = err // names the request and the node
+				return
+			}
+			r := &res[i].Rep
+			err = ParseMsg(rep, r)
+			switch {
+			case err != nil:
+			case r.Type != m.Type.ReplyType():
+				err = fmt.Errorf("%w: %v to a %v", ErrBadType, r.Type, m.Type)
+			case r.Status != 0:
+				err = &StatusError{Errno: syscall.Errno(r.Status), Type: r.Type}
+			}
+			if err != nil {
+				res[i].Err = fmt.Errorf("%v to %v: %w", m.Type, n, err)
+			}
 		}()
 	}
 	wg.Wait()

@@ -436,8 +436,13 @@ func (s *Service) runTest(ctx context.Context, sid SID, t *TestBody) {
 			for i := w; ctx.Err() == nil && take(); i += int(t.Concurrency) {
 				srv := t.Servers[i%len(t.Servers)]
 				err := s.testRPC(actx, sid, t, srv, bulk, rbuf, uint32(i))
-				if err != nil && ctx.Err() != nil {
+				if err != nil && ctx.Err() != nil && actx.Err() == nil {
 					return // stopped: an RPC cut short is not an error
+				}
+				if err != nil && actx.Err() != nil {
+					// Still unanswered stopGrace after the stop: the
+					// server is gone or stuck; report it.
+					s.ep.cnt.rpcsExpired.Add(1)
 				}
 				if err != nil {
 					s.ep.cnt.errors.Add(1)

@@ -101,10 +101,21 @@ func freePort(t *testing.T) int {
 // startNodes starts lnetd on each address with the shared port.
 func startNodes(t *testing.T, port int, ips ...string) []*procNode {
 	t.Helper()
+	return startNodesSock(t, port, nil, ips...)
+}
+
+// startNodesSock is startNodes with given control sockets (nil or ""
+// entries: a private one).
+func startNodesSock(t *testing.T, port int, socks []string, ips ...string) []*procNode {
+	t.Helper()
 	bin := softibBin(t)
 	var nodes []*procNode
-	for _, ip := range ips {
+	for i, ip := range ips {
 		dir := t.TempDir()
+		sock := filepath.Join(dir, "run", "lnetd.sock")
+		if i < len(socks) && socks[i] != "" {
+			sock = socks[i]
+		}
 		cfg := filepath.Join(dir, "lnet.yaml")
 		yaml := fmt.Sprintf("net:\n    - net type: tcp\n      local NI(s):\n        - interfaces:\n              0: %s\n"+
 			"global:\n    accept_port: %d\n    accept: all\n    transaction_timeout: 20\n", ip, port)
@@ -112,7 +123,7 @@ func startNodes(t *testing.T, port int, ips ...string) []*procNode {
 			t.Fatal(err)
 		}
 		n := &procNode{nid: ip + "@tcp", log: &syncBuf{}, exited: make(chan struct{})}
-		n.cmd = exec.Command(bin, "lnetd", "--config", cfg, "--socket", filepath.Join(dir, "run", "lnetd.sock"))
+		n.cmd = exec.Command(bin, "lnetd", "--config", cfg, "--socket", sock)
 		n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
 		if err := n.cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -279,4 +290,32 @@ func TestProcKillServer(t *testing.T) {
 		t.Fatalf("exit %d after a server died: %+v", code, res)
 	}
 	t.Logf("exit %d after %v: %d errors, unreachable %v, problems %q", code, time.Since(start).Round(time.Millisecond), res.Errors, res.Down, res.Problems)
+}
+
+// TestProcOnNode runs lst on a node: the console's address (127.0.0.1,
+// towards 127.0.0.1) is that node's NID, so lst goes through the node's
+// lnetd at the default socket, and the node itself takes part.
+func TestProcOnNode(t *testing.T) {
+	port := freePort(t)
+	xdg := t.TempDir()
+	startNodesSock(t, port, []string{filepath.Join(xdg, "softib", "lnetd.sock")}, "127.0.0.1", "127.0.0.3")
+	env := []string{"XDG_RUNTIME_DIR=" + xdg}
+	code, out, errs := lstRun(t, env, "quick", "--from", "127.0.0.1@tcp", "--to", "127.0.0.3@tcp", "--port", strconv.Itoa(port),
+		"--seconds", "0.6", "--delay", "0.3", "--concurrency", "4", "--json", "brw", "read", "size=64K", "check=full")
+	var res QuickResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 0 || !res.OK || res.RPCs == 0 {
+		t.Fatalf("exit %d %v: %+v\n%s", code, err, res, errs)
+	}
+	// A session file made there remembers the socket.
+	env = append(env, "LST_SESSION_FILE="+filepath.Join(xdg, "s.json"))
+	for _, args := range [][]string{
+		{"new_session", "n", "--port", strconv.Itoa(port)},
+		{"add_group", "all", "127.0.0.1@tcp", "127.0.0.3@tcp"},
+		{"list_group", "all"},
+		{"end_session"},
+	} {
+		if code, out, errs := lstRun(t, env, args...); code != 0 {
+			t.Fatalf("lst %v: exit %d\n%s%s", args, code, out, errs)
+		}
+	}
 }

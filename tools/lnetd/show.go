@@ -11,6 +11,7 @@ import (
 
 	"softib/lnet"
 	"softib/lnet/lnd"
+	"softib/lnet/selftest"
 	"softib/lnet/socklnd"
 	"softib/wire/lnetwire"
 )
@@ -199,6 +200,13 @@ func (d *Daemon) Handle(ctx context.Context, op string, raw json.RawMessage) (an
 			return nil, opErr("import", "config", errnoInval, "no configuration given")
 		}
 		return ImportResult{Errors: d.Import(a.Config, a.Del)}, nil
+	}
+	if op == selftest.ProxyOp && d.st != nil { // softib lst's console RPCs
+		r, err := d.st.ProxyCall(ctx, raw)
+		if err != nil {
+			return nil, coreErr("lst", "call", "selftest console RPC", err)
+		}
+		return r, nil
 	}
 	if strings.HasPrefix(op, "test.") && d.test != nil {
 		return d.test.handle(ctx, op, dec)

@@ -65,7 +65,11 @@
 // --session. Each invocation starts a short-lived LNet node of its own
 // (ConsoleNode: one tcp NI on --if, no acceptor; replies come back over
 // its own connections) and talks SRPC to the nodes directly, so lst needs
-// no daemon on the console host and no control socket. `lst quick` does
+// no daemon on the console host. When lst runs on a node, its address is
+// that node's NID, which a second LNet instance cannot share: lst then
+// sends the same requests through the local lnetd (control-socket op
+// ProxyOp, served by Service.ProxyCall on the daemon's instance); the
+// choice (or --socket) is kept in the session file. `lst quick` does
 // the whole cycle in one process and exits 1 on any RPC error, data
 // mismatch or unreachable node.
 //

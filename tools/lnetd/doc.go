@@ -92,7 +92,9 @@
 // # LNet selftest
 //
 // Each lnetd also runs the lnet_selftest node service (package
-// lnet/selftest, portals 50-52), driven over LNet by `softib lst`.
+// lnet/selftest, portals 50-52), driven over LNet by `softib lst`; the
+// control op "lst.call" sends a console request from this node (lst run
+// on the node itself uses it).
 //
 // # Echo test service
 //

@@ -135,14 +135,16 @@ const (
 )
 
 // CMHook is the RDMA CM mode of perftest (-R), provided by the RDMA CM
-// layer: Control opens the control channel (an RDMA CM connection to
-// cfg.Host, or a listener when cfg.Host is empty) and Connect connects
-// the run's test QPs through RDMA CM, as create_rdma_cm_connection does,
-// moving them to RTR/RTS and filling res.Remote. The rest of the run (key
-// handshakes, reports) then goes over the returned Ctrl.
+// layer: Control opens the control channel on dev (an RDMA CM connection
+// to cfg.Host, or a listener when cfg.Host is empty) and Connect connects
+// the run's test QPs through RDMA CM, as create_rdma_cm_connection does
+// (right after the MTU exchange, before any key round), moving them to
+// RTR/RTS. The rest of the run (key handshakes, reports) then goes over
+// the returned Ctrl; a Ctrl that is also a KeyXchger carries the key
+// messages in its own format.
 type CMHook interface {
-	Control(ctx context.Context, cfg *Config) (Ctrl, error)
-	Connect(ctx context.Context, cfg *Config, res *Resources) error
+	Control(ctx context.Context, dev verbs.Device, cfg *Config) (Ctrl, error)
+	Connect(ctx context.Context, cfg *Config, ctrl Ctrl, res *Resources) error
 }
 
 // Config is one perftest run. Zero values mean perftest's defaults.

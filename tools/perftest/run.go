@@ -236,7 +236,7 @@ func Run(ctx context.Context, dev verbs.Device, cfg Config) ([]Row, error) {
 	var ctrl Ctrl
 	var err error
 	if cfg.RDMACM {
-		ctrl, err = cfg.CM.Control(ctx, &cfg)
+		ctrl, err = cfg.CM.Control(ctx, dev, &cfg)
 	} else {
 		ctrl, err = openTCP(ctx, &cfg)
 	}
@@ -301,7 +301,7 @@ func run(ctx context.Context, dev verbs.Device, cfg *Config, p *Proto, client bo
 	}
 	connect := func() error {
 		if cfg.RDMACM {
-			return cfg.CM.Connect(ctx, cfg, res)
+			return cfg.CM.Connect(ctx, cfg, p.Ctrl, res)
 		}
 		return res.Connect(cfg, client)
 	}
@@ -320,12 +320,20 @@ func run(ctx context.Context, dev verbs.Device, cfg *Config, p *Proto, client bo
 	// Connection sequence (perftest 6.06 main()s): latency tests but
 	// send_lat start with one extra handshake; send tests sync once more
 	// before the second key round, the others after it.
+	// With -R the test QPs connect first (create_rdma_cm_connection
+	// comes right after the MTU exchange) and the key rounds follow.
 	t := cfg.Test
 	steps := []func() error{}
+	if cfg.RDMACM {
+		steps = append(steps, connect)
+	}
 	if t.IsLat() && t != SendLat {
 		steps = append(steps, hs0)
 	}
-	steps = append(steps, hsAll, connect)
+	steps = append(steps, hsAll)
+	if !cfg.RDMACM {
+		steps = append(steps, connect)
+	}
 	if t.Verb() == VerbSend {
 		steps = append(steps, hs0, printAddrs)
 	} else {

@@ -1,0 +1,7 @@
+package main
+
+import "softib/tools/perftestcm"
+
+// The perf tools' -R mode: perftest's RDMA CM control channel and test-QP
+// connections over softib's RDMA CM.
+func init() { perfRDMACM = &perftestcm.Hook{} }

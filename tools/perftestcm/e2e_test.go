@@ -1,0 +1,132 @@
+package perftestcm_test
+
+import (
+	"bytes"
+	"context"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"softib/rdmacm"
+	_ "softib/rxe"
+	"softib/tools/loopaddr"
+	"softib/tools/perftest"
+	"softib/tools/perftestcm"
+	"softib/verbs"
+)
+
+func openDev(t *testing.T) (verbs.Device, string) {
+	t.Helper()
+	a := loopaddr.Next()
+	d, err := verbs.Open(verbs.DeviceConfig{Addr: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d, a.String()
+}
+
+var port atomic.Int32
+
+// runPair runs cfg with -R between two devices on loopback addresses.
+func runPair(t *testing.T, cfg perftest.Config) (srvRows, cliRows []perftest.Row, srvOut, cliOut string) {
+	t.Helper()
+	ds, _ := openDev(t)
+	dc, _ := openDev(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // hang guard
+	defer cancel()
+	cfg.RDMACM, cfg.CM, cfg.GIDIndex = true, &perftestcm.Hook{}, -1
+	cfg.TCPPort = 18515 + int(port.Add(1))
+	var sb, cb bytes.Buffer
+	srv, cli := cfg, cfg
+	// The client starts once the server's RDMA CM listens: before that
+	// the server device has no CM to answer (a kernel always has one).
+	listening := make(chan struct{})
+	srv.CM = &perftestcm.Hook{OnListen: func(netip.AddrPort) { close(listening) }}
+	srv.Out = &sb
+	cli.Out = &cb
+	cli.Host = serverHost(t, ds)
+	var wg sync.WaitGroup
+	var serr, cerr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if srvRows, serr = perftest.Run(ctx, ds, srv); serr != nil {
+			cancel()
+		}
+	}()
+	select {
+	case <-listening:
+	case <-ctx.Done():
+	}
+	if cliRows, cerr = perftest.Run(ctx, dc, cli); cerr != nil {
+		cancel()
+	}
+	wg.Wait()
+	srvOut, cliOut = sb.String(), cb.String()
+	if serr != nil || cerr != nil {
+		t.Fatalf("%v: server: %v\nclient: %v\nserver out:\n%s\nclient out:\n%s", cfg.Test, serr, cerr, srvOut, cliOut)
+	}
+	return
+}
+
+// serverHost returns the address of d's IPv4-mapped GID.
+func serverHost(t *testing.T, d verbs.Device) string {
+	t.Helper()
+	g, err := d.QueryGID(1, perftest.BestGIDIndex(d, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g.Addr().Unmap().String()
+}
+
+func TestRDMACM(t *testing.T) {
+	for _, c := range []perftest.Config{
+		{Test: perftest.WriteBW, Iters: 200, Size: 4096},
+		{Test: perftest.WriteBW, Iters: 100, Size: 8192, QPs: 3},
+		{Test: perftest.ReadBW, Iters: 200, Size: 8192},
+		{Test: perftest.SendBW, Iters: 300, Size: 2048, QPs: 2, RxDepth: 64},
+		{Test: perftest.AtomicBW, Iters: 100},
+		{Test: perftest.WriteLat, Iters: 100},
+		{Test: perftest.ReadLat, Iters: 100, Size: 64},
+		{Test: perftest.SendLat, Iters: 100, Size: 32},
+		{Test: perftest.AtomicLat, Iters: 50},
+	} {
+		t.Run(c.Test.String(), func(t *testing.T) {
+			_, rows, _, out := runPair(t, c)
+			if len(rows) != 1 || rows[0].Iters == 0 {
+				t.Fatalf("client rows %+v\n%s", rows, out)
+			}
+			for _, want := range []string{" rdma_cm QPs\t : ON", " Data ex. method : rdma_cm", " remote address: LID 0000 QPN 0x"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("client output lacks %q:\n%s", want, out)
+				}
+			}
+			if want := uint64(c.Iters * max(c.QPs, 1)); !c.Test.IsLat() && rows[0].Iters != want {
+				t.Errorf("iters %d, want %d", rows[0].Iters, want)
+			}
+		})
+	}
+}
+
+func TestNoServer(t *testing.T) {
+	ds, _ := openDev(t)
+	dc, _ := openDev(t)
+	// The server host has an RDMA CM (as every kernel does) but nothing
+	// listens on the port: its CM rejects with "invalid service ID".
+	m := rdmacm.NewManager(rdmacm.Config{})
+	defer m.Close()
+	if err := m.AddDevice(ds); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := perftest.Run(ctx, dc, perftest.Config{Test: perftest.WriteBW, RDMACM: true, GIDIndex: -1,
+		CM: &perftestcm.Hook{ConnectRetries: 2}, Host: serverHost(t, ds), TCPPort: 18400})
+	if err == nil || !strings.Contains(err.Error(), "REJECTED") {
+		t.Fatalf("%v", err)
+	}
+}

@@ -119,12 +119,18 @@ func (c *conn) activeConnect() {
 	d.mu.Lock()
 	c.peerStamp = c.peer.incarnation // 0 when unknown
 	d.mu.Unlock()
-	if err := c.setup(c.id); err != nil {
-		c.connectFailed(fmt.Errorf("%w: %w", lnd.ErrNoMem, err))
-		return
+	c.setupMu.Lock()
+	err := c.setup(c.id)
+	if err == nil {
+		if err = c.id.Connect(d.connParam(c.connMsg(lnetwire.KibCONNREQ))); err != nil {
+			err = fmt.Errorf("%w: connect: %w", lnd.ErrPeerDown, err)
+		}
+	} else {
+		err = fmt.Errorf("%w: %w", lnd.ErrNoMem, err)
 	}
-	if err := c.id.Connect(d.connParam(c.connMsg(lnetwire.KibCONNREQ))); err != nil {
-		c.connectFailed(fmt.Errorf("%w: connect: %w", lnd.ErrPeerDown, err))
+	c.setupMu.Unlock()
+	if err != nil {
+		c.connectFailed(err)
 	}
 }
 
@@ -286,8 +292,9 @@ func (c *conn) rejected(ev *rdmacm.Event) {
 	c.connectFailed(&RejectError{Rej: rej})
 }
 
-// reject refuses an incoming request with a kib_rej and frees its ID.
-func (d *Driver) reject(id *rdmacm.ID, version uint16, why lnetwire.KibRejReason) {
+// rejData is the kib_rej refusing a request for why: our version (V1
+// for a V1 peer), incarnation and connection parameters.
+func (d *Driver) rejData(version uint16, why lnetwire.KibRejReason) []byte {
 	if version != lnetwire.KibVersion1 {
 		version = lnetwire.KibVersion2
 	}
@@ -295,7 +302,12 @@ func (d *Driver) reject(id *rdmacm.ID, version uint16, why lnetwire.KibRejReason
 		ConnParams: lnetwire.KibConnParams{QueueDepth: uint16(d.cfg.PeerCredits), MaxFrags: uint16(d.cfg.MaxFrags),
 			MaxMsgSize: lnetwire.KibMsgSize}}
 	d.stats.RejectsSent[why&15].Add(1)
-	_ = id.Reject(rej.Append(make([]byte, 0, lnetwire.KibRejLen)))
+	return rej.Append(make([]byte, 0, lnetwire.KibRejLen))
+}
+
+// reject refuses an incoming request with a kib_rej and frees its ID.
+func (d *Driver) reject(id *rdmacm.ID, version uint16, why lnetwire.KibRejReason) {
+	_ = id.Reject(d.rejData(version, why))
 	_ = id.Destroy()
 }
 
@@ -361,14 +373,17 @@ func (d *Driver) passiveConnect(ev *rdmacm.Event) {
 	d.stats.ConnsActive.Add(1)
 	d.mu.Unlock()
 	id.SetContext(c)
+	c.setupMu.Lock()
 	if err := c.setup(id); err != nil {
+		c.setupMu.Unlock()
 		d.log.Warn("accept: no resources", "peer", src, "err", err)
-		c.id = nil // the reject below frees it
-		c.close(fmt.Errorf("%w: %w", lnd.ErrNoMem, err))
-		d.reject(id, ver, lnetwire.KibRejNoResources)
+		_ = id.Reject(d.rejData(ver, lnetwire.KibRejNoResources))
+		c.close(fmt.Errorf("%w: %w", lnd.ErrNoMem, err)) // destroys the ID and what setup made
 		return
 	}
-	if err := id.Accept(d.connParam(c.connMsg(lnetwire.KibCONNACK))); err != nil {
+	err := id.Accept(d.connParam(c.connMsg(lnetwire.KibCONNACK)))
+	c.setupMu.Unlock()
+	if err != nil {
 		c.close(fmt.Errorf("%w: accept: %w", lnd.ErrPeerDown, err))
 	}
 }

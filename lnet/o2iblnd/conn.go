@@ -74,11 +74,16 @@ type conn struct {
 	// pending: counted in peer.connecting/accepting (Driver.mu).
 	pending bool
 
-	cq     verbs.CQ
-	qp     verbs.QP
-	worker *verbs.CQWorker
-	rxMR   verbs.MR
-	rxs    []rx
+	// setupMu serializes building the verbs resources (connd) with
+	// tearing them down (destroy): a connection closed while connd sets
+	// it up is torn down once setup stopped, and setup refuses to start
+	// on a closing connection.
+	setupMu sync.Mutex
+	cq      verbs.CQ
+	qp      verbs.QP
+	worker  *verbs.CQWorker
+	rxMR    verbs.MR
+	rxs     []rx
 
 	mu       sync.Mutex
 	flow     *Flow[*tx]
@@ -117,9 +122,12 @@ func (c *conn) setState(next connState) bool {
 }
 
 // setup creates the CQ, the QP on id and the receive buffers, and posts
-// them all (kiblnd_create_conn).
+// them all (kiblnd_create_conn). Called with c.setupMu held.
 func (c *conn) setup(id *rdmacm.ID) error {
 	d := c.d
+	if c.getState() >= connClosing {
+		return errConnClosed
+	}
 	nrx := RxBuffers(c.version, c.queueDepth)
 	cs := ConcurrentSends(c.version, d.cfg.ConcurrentSends, d.cfg.PeerCredits, c.queueDepth)
 	sq := min(d.dev.Query().MaxQPWR, (2*c.maxFrags+2)*cs)
@@ -692,6 +700,8 @@ func (c *conn) close(err error) {
 // its resources and lets a reconnect start (the zombie is gone).
 func (c *conn) destroy() {
 	d := c.d
+	c.setupMu.Lock()
+	defer c.setupMu.Unlock()
 	if c.id != nil && c.qp != nil {
 		_ = c.id.Disconnect()
 	}

@@ -26,6 +26,24 @@
 // in per-QP batches through udp.Conn.WriteBatch (so consecutive same-size
 // packets can leave as one GSO send) and packet buffers come from a pool:
 // the data path does not allocate.
+//
+// Where softib differs from Linux rxe, and why:
+//   - Every packet leaves from the socket's bound UDP port: a udp.Conn has
+//     one local port, so rxe's flow-derived source port (SourcePort
+//     computes it) is not used. rxe ignores source ports on receive.
+//   - IPv4 ICRCs are verified only with Config.VerifyICRCv4 (a UDP socket
+//     does not show the IP ID that kernel rxe varies); IPv6 always.
+//   - SEND/WRITE FIRST and MIDDLE packets must carry exactly the path MTU
+//     (IBA; rxe 6.1 does not check): others are dropped and counted
+//     (BadLength), so truncation or corruption that an unverifiable ICRC
+//     misses ends in a retransmission instead of misplaced data.
+//   - ACKs carry real end-to-end credits only with
+//     Config.AdvertiseCredits; requesters always honour credits.
+//   - Sockets opened here receive without UDP GRO (see Open).
+//
+// Tests that open devices on real sockets should use addresses in 127/8
+// unique to the test binary, so that packages tested in parallel do not
+// collide on port 4791.
 package rxe
 
 import (

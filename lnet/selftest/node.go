@@ -154,10 +154,16 @@ func (s *Service) dispatch(raw []byte, from lnetwire.ProcessID) {
 		if status = s.checkSession(req.SID, true); status == 0 {
 			s.mu.Lock()
 			sess := s.sess
-			s.sess = nil
+			if sess != nil && sess.sid == req.SID {
+				s.sess = nil
+			} else {
+				sess = nil // ended meanwhile
+			}
 			s.mu.Unlock()
-			s.endSession(sess)
-			s.log.Info("selftest: session ended by console", "session", sess.name, "console", from)
+			if sess != nil {
+				s.endSession(sess)
+				s.log.Info("selftest: session ended by console", "session", sess.name, "console", from)
+			}
 		}
 	case MsgTestReq:
 		status = s.addTest(&req)

@@ -310,3 +310,22 @@ func TestE2ESessions(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestE2EReadCorruption: a server sends brw read data with one byte
+// flipped; the client's check=full catches it and counts a brw error,
+// while check=simple (page headers only) does not see a mid-page byte.
+func TestE2EReadCorruption(t *testing.T) {
+	for _, tc := range []struct {
+		check string
+		errs  uint64
+	}{{"full", 3}, {"simple", 0}} {
+		t.Run(tc.check, func(t *testing.T) {
+			c := newCluster(t, 2)
+			c.nodes[1].corruptRead = func(b []byte) { b[len(b)/2+100] ^= 0x10 } // mid-page
+			sum := runTest(t, c, c.nids[:1], c.nids[1:], TestSpec{Kind: "brw", Op: "read", Size: 16384, Check: tc.check, Concurrency: 1, Loop: 3})
+			if sum.BRWErrors != tc.errs || sum.Errors != tc.errs {
+				t.Fatalf("check=%s: brw errors %d, errors %d, want %d", tc.check, sum.BRWErrors, sum.Errors, tc.errs)
+			}
+		})
+	}
+}

@@ -36,6 +36,10 @@ type Service struct {
 	mu     sync.Mutex
 	sess   *session
 	closed bool
+
+	// corruptRead, if set (tests only), damages brw read data after
+	// the pattern is written, before it leaves.
+	corruptRead func([]byte)
 }
 
 // session is the node's view of the session it belongs to (sfw_session).
@@ -516,6 +520,9 @@ func (s *Service) serveBRW(req *Msg, from lnetwire.ProcessID) syscall.Errno {
 	buf := (*bp)[:req.BulkLen]
 	if req.BRWOp == BRWRead {
 		FillPattern(buf, req.BulkID, req.Check)
+		if s.corruptRead != nil {
+			s.corruptRead(buf)
+		}
 	}
 	if err := s.ep.bulk(s.ctx, from, req.BulkID, buf, req.BRWOp, s.timeout); err != nil {
 		s.ep.cnt.brwErrors.Add(1)

@@ -107,6 +107,7 @@ func (pd *PD) CreateQP(a *verbs.QPInitAttr) (verbs.QP, error) {
 		kickC: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	q.init.Cap = c
+	a.Cap = c // report the actual sizes back, as ibv_create_qp does
 	q.sq.max, q.rq.max = c.MaxSendWR, c.MaxRecvWR
 	q.drainC = sync.NewCond(&q.mu)
 	q.attr.PathMTU = d.mtu

@@ -16,10 +16,11 @@ const (
 	DefaultPeerCredits    = 8                          // peer_credits
 	MinPeerCredits        = 8
 	MaxPeerCredits        = lnetwire.KibMaxQueueDepth
-	DefaultNTx            = 512 // ntx
-	DefaultRetryCount     = 5   // retry_count
-	DefaultRNRRetryCount  = 6   // rnr_retry_count
-	DefaultMRCacheSize    = 512 // fmr_pool_size: cached MRs per NI
+	DefaultNTx            = 512       // ntx
+	DefaultRetryCount     = 5         // retry_count
+	DefaultRNRRetryCount  = 6         // rnr_retry_count
+	DefaultMRCacheSize    = 512       // fmr_pool_size: cached MRs per NI
+	DefaultMRCacheBytes   = 256 << 20 // bytes those MRs may keep alive
 	DefaultPeerTimeout    = 180 * time.Second
 	DefaultResolveTimeout = 5 * time.Second // address/route resolution
 )
@@ -77,6 +78,9 @@ type Config struct {
 	// MRCacheSize bounds the memory regions the NI keeps registered for
 	// LNet buffers (fmr_pool_size, 512).
 	MRCacheSize int
+	// MRCacheBytes bounds the bytes of idle cached registrations (256 MiB):
+	// a cached MR keeps its buffer alive.
+	MRCacheBytes int
 	// AnySourcePort makes active connections use an ephemeral source
 	// port instead of trying 1023 down to 512 (use_privileged_port=0).
 	AnySourcePort bool
@@ -125,6 +129,9 @@ func (c Config) withDefaults(peerCredits int) Config {
 	c.RetryCount, c.RNRRetryCount = min(c.RetryCount, 7), min(c.RNRRetryCount, 7)
 	if c.MRCacheSize <= 0 {
 		c.MRCacheSize = DefaultMRCacheSize
+	}
+	if c.MRCacheBytes <= 0 {
+		c.MRCacheBytes = DefaultMRCacheBytes
 	}
 	if c.Version != lnetwire.KibVersion1 {
 		c.Version = lnetwire.KibVersion2

@@ -239,7 +239,7 @@ func (l *LND) Startup(ni *lnd.NI) (lnd.Driver, error) {
 	if d.txs, err = newTxPool(d.pd, cfg.NTx); err != nil {
 		return fail(err)
 	}
-	d.mrs = newMRCache(d.pd, cfg.MRCacheSize)
+	d.mrs = newMRCache(d.pd, cfg.MRCacheSize, cfg.MRCacheBytes)
 	d.bounce = &bouncePool{pd: d.pd, maxIdle: 8}
 	if err := lis.Listen(0); err != nil {
 		return fail(fmt.Errorf("o2iblnd: listen: %w", err))
@@ -301,6 +301,10 @@ func (d *Driver) Incarnation() uint64 { return d.incarnation }
 
 // Config returns the effective configuration.
 func (d *Driver) Config() Config { return d.cfg }
+
+// MRCache returns the number of cached LNet buffer registrations and the
+// bytes they keep registered.
+func (d *Driver) MRCache() (n, bytes int) { return d.mrs.stats() }
 
 // IdleTxs returns the free tx descriptors.
 func (d *Driver) IdleTxs() int { return d.txs.idle() }

@@ -145,16 +145,22 @@ type mrEntry struct {
 // Every cached MR allows remote write: while cached, a peer holding an
 // old descriptor could still write into the buffer, the same exposure as
 // Lustre's cached FMR mappings.
+//
+// The cache also bounds the bytes it keeps alive (maxBytes): a cached
+// MR holds its buffer, so buffers the application dropped are released
+// only when evicted.
 type mrCache struct {
-	pd   verbs.PD
-	max  int
-	mu   sync.Mutex
-	m    map[mrKey]*mrEntry
-	tick uint64
+	pd       verbs.PD
+	max      int
+	maxBytes int
+	mu       sync.Mutex
+	m        map[mrKey]*mrEntry
+	bytes    int
+	tick     uint64
 }
 
-func newMRCache(pd verbs.PD, max int) *mrCache {
-	return &mrCache{pd: pd, max: max, m: make(map[mrKey]*mrEntry)}
+func newMRCache(pd verbs.PD, max, maxBytes int) *mrCache {
+	return &mrCache{pd: pd, max: max, maxBytes: maxBytes, m: make(map[mrKey]*mrEntry)}
 }
 
 // get returns a referenced registration of frag.
@@ -168,8 +174,10 @@ func (c *mrCache) get(frag []byte) (*mrEntry, error) {
 		e.tick = c.tick
 		return e, nil
 	}
-	if len(c.m) >= c.max {
-		c.evictLocked()
+	for len(c.m) >= c.max || (len(c.m) > 0 && c.bytes+len(frag) > c.maxBytes) {
+		if !c.evictLocked() {
+			break // everything is in use: grow past the bounds
+		}
 	}
 	mr, err := c.pd.RegMR(frag, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	if err != nil {
@@ -177,20 +185,33 @@ func (c *mrCache) get(frag []byte) (*mrEntry, error) {
 	}
 	e := &mrEntry{key: k, mr: mr, refs: 1, tick: c.tick}
 	c.m[k] = e
+	c.bytes += len(frag)
 	return e, nil
 }
 
-func (c *mrCache) evictLocked() {
+// evictLocked deregisters the least recently used idle entry; false if
+// every entry is in use.
+func (c *mrCache) evictLocked() bool {
 	var old *mrEntry
 	for _, e := range c.m {
 		if e.refs == 0 && (old == nil || e.tick < old.tick) {
 			old = e
 		}
 	}
-	if old != nil {
-		delete(c.m, old.key)
-		old.mr.Dereg()
+	if old == nil {
+		return false
 	}
+	delete(c.m, old.key)
+	c.bytes -= old.key.n
+	old.mr.Dereg()
+	return true
+}
+
+// stats returns the cached registrations and the bytes they pin.
+func (c *mrCache) stats() (n, bytes int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.m), c.bytes
 }
 
 func (c *mrCache) put(e *mrEntry) {

@@ -44,6 +44,13 @@ func nextEvent(t *testing.T, ch *rdmacm.EventChannel) *rdmacm.Event {
 // returns the final event (ESTABLISHED or REJECTED).
 func (r *rawPeer) connect(t *testing.T, x *node, pd []byte) *rdmacm.Event {
 	t.Helper()
+	ev, _, _ := r.connectQP(t, x, pd)
+	return ev
+}
+
+// connectQP is connect that also returns the ID and its CQ.
+func (r *rawPeer) connectQP(t *testing.T, x *node, pd []byte) (*rdmacm.Event, *rdmacm.ID, verbs.CQ) {
+	t.Helper()
 	ch := rdmacm.NewEventChannel()
 	t.Cleanup(func() { ch.Close() })
 	id, err := r.m.CreateID(ch, nil, rdmacm.PSTCP)
@@ -76,7 +83,7 @@ func (r *rawPeer) connect(t *testing.T, x *node, pd []byte) *rdmacm.Event {
 	if err := id.Connect(&rdmacm.ConnParam{PrivateData: pd, RetryCount: 5, RNRRetryCount: 6}); err != nil {
 		t.Fatal(err)
 	}
-	return nextEvent(t, ch)
+	return nextEvent(t, ch), id, cq
 }
 
 // connReq builds a CONNREQ from r to x; mod adjusts the fields.

@@ -232,12 +232,12 @@ func TestZeroAllocs(t *testing.T) {
 	}
 }
 
-// TestIdleQPMemory checks the cost of 1,000 idle RC QPs in RTS.
-func TestIdleQPMemory(t *testing.T) {
-	d := openDev(t, rxe.Config{})
+// idleQPBytes creates n RC QPs in RTS on one device and returns the heap
+// and stack bytes each costs.
+func idleQPBytes(tb testing.TB, n int) int64 {
+	d := openDev(tb, rxe.Config{})
 	pd, _ := d.AllocPD()
 	cq, _ := d.CreateCQ(verbs.CQAttr{CQE: 16})
-	const n = 1000
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
@@ -246,18 +246,32 @@ func TestIdleQPMemory(t *testing.T) {
 		qp, err := pd.CreateQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
 			Cap: verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}})
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		e := &end{dev: d, qp: qp}
-		connect(t, e, &end{dev: d, qp: qp}, connOpts{})
+		connect(tb, e, e, connOpts{})
 		qps[i] = qp
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)
-	per := (int64(after.HeapAlloc+after.StackInuse) - int64(before.HeapAlloc+before.StackInuse)) / n
+	runtime.KeepAlive(qps)
+	return (int64(after.HeapAlloc+after.StackInuse) - int64(before.HeapAlloc+before.StackInuse)) / int64(n)
+}
+
+// TestIdleQPMemory checks the cost of 1,000 idle RC QPs in RTS.
+func TestIdleQPMemory(t *testing.T) {
+	per := idleQPBytes(t, 1000)
 	t.Logf("%d bytes per idle RC QP (heap+stack)", per)
 	if per > 64<<10 {
 		t.Fatalf("%d bytes per idle QP", per)
 	}
-	runtime.KeepAlive(qps)
+}
+
+// BenchmarkIdleQPMemory reports the memory of one idle RC QP among 1,000.
+func BenchmarkIdleQPMemory(b *testing.B) {
+	var per int64
+	for range b.N {
+		per = idleQPBytes(b, 1000)
+	}
+	b.ReportMetric(float64(per), "B/QP")
 }

@@ -472,6 +472,7 @@ func (d *Driver) connClosing(c *conn, err error) {
 func (d *Driver) connDestroyed(c *conn) {
 	d.mu.Lock()
 	delete(d.conns, c)
+	d.connsGone.Broadcast()
 	d.stats.ConnsActive.Add(-1)
 	p := c.peer
 	var q []*tx

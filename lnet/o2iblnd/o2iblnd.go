@@ -151,6 +151,8 @@ type Driver struct {
 	peers  map[lnetwire.NID]*peer
 	conns  map[*conn]struct{} // every conn not yet destroyed
 	closed bool
+	// connsGone is signalled (on mu) when a connection is destroyed.
+	connsGone sync.Cond
 
 	wg     sync.WaitGroup
 	done   chan struct{}
@@ -215,6 +217,7 @@ func (l *LND) Startup(ni *lnd.NI) (lnd.Driver, error) {
 		conns:       make(map[*conn]struct{}),
 		done:        make(chan struct{}),
 	}
+	d.connsGone.L = &d.mu
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	lis, err := d.cm.CreateID(d.ch, nil, rdmacm.PSTCP)
 	if err != nil {
@@ -520,16 +523,13 @@ func (d *Driver) Shutdown() {
 	for _, c := range conns {
 		c.close(lnd.ErrShutdown)
 	}
-	// Connections finish tearing down on their own goroutines.
-	for {
-		d.mu.Lock()
-		n := len(d.conns)
-		d.mu.Unlock()
-		if n == 0 {
-			break
-		}
-		time.Sleep(time.Millisecond)
+	// Connections finish tearing down on their own goroutines; none can
+	// be added once closed is set.
+	d.mu.Lock()
+	for len(d.conns) > 0 {
+		d.connsGone.Wait()
 	}
+	d.mu.Unlock()
 	d.ch.Close()
 	d.wg.Wait()
 	d.mrs.close()

@@ -106,14 +106,6 @@ func Open(cfg Config) (verbs.Device, error) {
 			uc = *c.UDP
 		}
 		uc.BusyPoll = uc.BusyPoll || c.BusyPoll
-		if c.UDP == nil {
-			// udp's GRO path reads the UDP_GRO cmsg without checking
-			// the returned msg_controllen, so a stale segment size from
-			// an earlier super-datagram can split a later plain
-			// datagram. Receive without GRO unless the caller asks
-			// (Config.UDP) until that is fixed.
-			uc.DisableGRO = true
-		}
 		s, err := udp.Listen(netip.AddrPortFrom(c.Addr.Unmap(), c.Port), &uc)
 		if err != nil {
 			return nil, fmt.Errorf("rxe: open %s: %w", c.Name, err)

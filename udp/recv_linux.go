@@ -233,7 +233,11 @@ func (r *reader) drain(msgs []Message) int {
 		total := int(h.Len)
 		seg := total
 		if h.Hdr.Flags&unix.MSG_TRUNC == 0 {
-			if g := groSize(r.oob[i*groCmsgSize : (i+1)*groCmsgSize]); g > 0 && g < total {
+			// Only the control bytes this receive returned: the rest of
+			// the slot may hold a stale UDP_GRO size from an earlier
+			// receive, which would split a plain datagram.
+			cl := min(int(h.Hdr.Controllen), groCmsgSize)
+			if g := groSize(r.oob[i*groCmsgSize : i*groCmsgSize+cl]); g > 0 && g < total {
 				seg = g
 				if r.off == 0 {
 					r.s.Stats.RxGROSplit.Inc()

@@ -1,0 +1,173 @@
+package perftestcm_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"softib/internal/testenv"
+	"softib/interop/vm"
+	"softib/rxe"
+	"softib/tools/perftest"
+	"softib/tools/perftestcm"
+	"softib/verbs"
+)
+
+// openInNetns opens an rxe device whose UDP socket lives in the named
+// network namespace.
+func openInNetns(t *testing.T, ns string, addr netip.Addr) verbs.Device {
+	t.Helper()
+	type res struct {
+		d   verbs.Device
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked if restoring the namespace fails
+		orig, err := unix.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			ch <- res{nil, err}
+			return
+		}
+		defer unix.Close(orig)
+		fd, err := unix.Open("/var/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			ch <- res{nil, err}
+			return
+		}
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			ch <- res{nil, err}
+			return
+		}
+		d, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: addr}})
+		if rerr := unix.Setns(orig, unix.CLONE_NEWNET); rerr == nil {
+			runtime.UnlockOSThread()
+		}
+		ch <- res{d, err}
+	}()
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	t.Cleanup(func() { r.d.Close() })
+	return r.d
+}
+
+type testLog struct{ t *testing.T }
+
+func (w testLog) Write(p []byte) (int, error) {
+	w.t.Log(string(bytes.TrimRight(p, "\n")))
+	return len(p), nil
+}
+
+// TestInteropLinux runs softib's perf tools with -R against perftest 6.06
+// (ib_*_bw/lat -R) on Linux 6.1 rxe in a QEMU guest, in both directions.
+// It runs when SOFTIB_INTEROP_IMAGE names an image made by
+// interop/image.sh.
+func TestInteropLinux(t *testing.T) {
+	img := os.Getenv("SOFTIB_INTEROP_IMAGE")
+	if img == "" || testing.Short() {
+		t.Log("SOFTIB_INTEROP_IMAGE not set: perftest -R interop not run")
+		return
+	}
+	testenv.RequireRoot(t)
+	testenv.RequireTool(t, "qemu-system-x86_64")
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	v, err := vm.Start(ctx, vm.Config{Image: img, Namespace: fmt.Sprintf("sibpc-%d", os.Getpid()), Log: testLog{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Stop()
+	host, guest := netip.MustParseAddr(v.HostIP()), netip.MustParseAddr(v.GuestIP())
+	dev := openInNetns(t, v.Namespace(), host)
+	tests := []struct {
+		test perftest.Test
+		args string
+	}{
+		{perftest.WriteBW, "-n 200 -s 4096"},
+		{perftest.ReadBW, "-n 200 -s 4096"},
+		{perftest.SendBW, "-n 200 -s 4096"},
+		{perftest.AtomicBW, "-n 100"},
+		{perftest.WriteLat, "-n 100"},
+		{perftest.ReadLat, "-n 100"},
+		{perftest.SendLat, "-n 100"},
+		{perftest.WriteBW, "-n 100 -q 2"},
+	}
+	for i, tc := range tests {
+		cfg := perftest.Config{Test: tc.test, RDMACM: true, GIDIndex: -1, TCPPort: 18515 + i}
+		f := strings.Fields(tc.args)
+		for j := 0; j+1 < len(f); j += 2 {
+			n := 0
+			fmt.Sscan(f[j+1], &n)
+			switch f[j] {
+			case "-n":
+				cfg.Iters = n
+			case "-s":
+				cfg.Size = n
+			case "-q":
+				cfg.QPs = n
+			}
+		}
+		cmd := fmt.Sprintf("ib_%s -R -p %d %s", tc.test, cfg.TCPPort, tc.args)
+		t.Run("linux server "+cmd, func(t *testing.T) {
+			job, err := v.Go("perf_server", cmd, 90*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			c := cfg
+			c.Host, c.Out, c.CM = guest.String(), &out, &perftestcm.Hook{ConnectRetries: 100}
+			rows, err := perftest.Run(ctx, dev, c)
+			r, werr := job.Wait(ctx)
+			t.Logf("guest rc %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+			if err != nil || len(rows) == 0 {
+				t.Fatalf("softib client: %v\n%s", err, out.String())
+			}
+			if werr != nil || r.Code != 0 {
+				t.Fatalf("guest server: %v rc %d", werr, r.Code)
+			}
+		})
+		t.Run("softib server "+cmd, func(t *testing.T) {
+			listening := make(chan struct{})
+			var out bytes.Buffer
+			c := cfg
+			c.Out = &out
+			c.CM = &perftestcm.Hook{OnListen: func(netip.AddrPort) { close(listening) }}
+			type res struct {
+				rows []perftest.Row
+				err  error
+			}
+			done := make(chan res, 1)
+			sctx, stop := context.WithTimeout(ctx, 90*time.Second)
+			defer stop()
+			go func() {
+				rows, err := perftest.Run(sctx, dev, c)
+				done <- res{rows, err}
+			}()
+			select {
+			case <-listening:
+			case r := <-done:
+				t.Fatalf("softib server: %v", r.err)
+			}
+			r, err := v.Run(ctx, "perf_client", cmd+" "+host.String(), 90*time.Second)
+			t.Logf("guest rc %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+			s := <-done
+			if s.err != nil {
+				t.Errorf("softib server: %v\n%s", s.err, out.String())
+			}
+			if err != nil || r.Code != 0 || !strings.Contains(r.Stdout, "#bytes") {
+				t.Fatalf("guest client: %v rc %d", err, r.Code)
+			}
+		})
+	}
+}

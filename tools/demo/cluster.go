@@ -185,7 +185,7 @@ func (c *Cluster) addO2IB(ctx context.Context) error {
 		dev, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Name: fmt.Sprintf("rxe_demo%d", i), Addr: n.Addr}})
 		if err != nil {
 			if errors.Is(err, syscall.EADDRINUSE) {
-				return fmt.Errorf("%w: rxe device on %v (UDP 4791; another softib device or Linux rdma_rxe?): pick other addresses with --addrs, or run --tcp-only", ErrAddrInUse, n.Addr)
+				return fmt.Errorf("%w: rxe device on %v (UDP 4791; another softib device or Linux rdma_rxe?): pick other addresses with --addrs (or run --tcp-only --no-rdma)", ErrAddrInUse, n.Addr)
 			}
 			return fmt.Errorf("rxe device on %v: %v", n.Addr, err)
 		}

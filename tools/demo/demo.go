@@ -89,11 +89,11 @@ func (c *Config) iters(t perftest.Test, size int) int {
 // OpenPair opens the two devices of the demo.
 func OpenPair(c Config) (a, b verbs.Device, err error) {
 	c.setDefaults()
-	a, err = verbs.Open(verbs.DeviceConfig{Name: "rxe0", Addr: c.AddrA, Port: c.UDPPort, NetMTU: c.NetMTU})
+	a, err = openRXE(verbs.DeviceConfig{Name: "rxe0", Addr: c.AddrA, Port: c.UDPPort, NetMTU: c.NetMTU})
 	if err != nil {
 		return nil, nil, fmt.Errorf("open device on %v: %w", c.AddrA, err)
 	}
-	b, err = verbs.Open(verbs.DeviceConfig{Name: "rxe1", Addr: c.AddrB, Port: c.UDPPort, NetMTU: c.NetMTU})
+	b, err = openRXE(verbs.DeviceConfig{Name: "rxe1", Addr: c.AddrB, Port: c.UDPPort, NetMTU: c.NetMTU})
 	if err != nil {
 		a.Close()
 		return nil, nil, fmt.Errorf("open device on %v: %w", c.AddrB, err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -87,6 +88,9 @@ func runDemo(args []string) int {
 		demo.WriteReport(os.Stdout, rep)
 	}
 	if err != nil {
+		if !errors.Is(err, demo.ErrAddrInUse) && ctx.Err() == nil {
+			err = fmt.Errorf("%w\n(rerun with -v to see the nodes' warnings; --tcp-only leaves o2ib out, --no-rdma the verbs sweep)", err)
+		}
 		return fail("demo", err)
 	}
 	return 0

@@ -1,7 +1,16 @@
-// Package demo runs softib's RDMA demo: two Soft-RoCE devices in one
-// process on loopback, RC QPs connected in-process, and a short sweep of
-// write/read/send bandwidth and latency over a few message sizes, using
-// the perftest data path.
+// Package demo runs `softib demo`, the whole stack in one process on
+// loopback.
+//
+// RunStack starts a small LNet cluster (StartCluster: three lnet.Instances
+// on 127.0.0.2, .3 and .4, each with a socklnd tcp NI whose acceptor is on
+// a free high port, and an o2ib NI over its own rxe device and RDMA CM),
+// runs lnet_selftest through the selftest console API on each net (brw
+// write and read at 1 MiB and 4 KiB with check=full, and ping; one client,
+// the other nodes servers), then a short RDMA verbs sweep.
+//
+// Sweep is that sweep alone (`softib demo --rdma`): two Soft-RoCE devices,
+// RC QPs connected in-process, write/read/send bandwidth and latency over
+// a few message sizes, using the perftest data path.
 package demo
 
 import (

@@ -67,11 +67,10 @@ type Result struct {
 	Errors    uint64  `json:"errors"`    // failed RPCs, either side
 	BRWErrors uint64  `json:"brw_errors"`
 	Expired   uint64  `json:"rpcs_expired"`
-	Problems  string  `json:"problems,omitempty"`
 }
 
 // OK reports a run that completed RPCs without errors.
-func (r *Result) OK() bool { return r.RPCs > 0 && r.Errors == 0 && r.Expired == 0 && r.Problems == "" }
+func (r *Result) OK() bool { return r.RPCs > 0 && r.Errors == 0 && r.Expired == 0 }
 
 // Runs returns how many tests Selftest runs.
 func (c *Cluster) Runs(sc SelftestConfig) int {
@@ -104,10 +103,10 @@ func (c *Cluster) Selftest(ctx context.Context, sc SelftestConfig) ([]Result, er
 			r, err := c.runTest(ctx, net, t, sc.Duration)
 			out = append(out, r)
 			if err == nil && !r.OK() {
-				err = fmt.Errorf("%d RPCs, %d errors (%d brw), %d expired %s", r.RPCs, r.Errors, r.BRWErrors, r.Expired, r.Problems)
+				err = fmt.Errorf("%d RPCs, %d errors (%d brw), %d expired", r.RPCs, r.Errors, r.BRWErrors, r.Expired)
 			}
 			if err != nil {
-				errs = append(errs, fmt.Errorf("%s %s: %w", net, label[5:], err))
+				errs = append(errs, fmt.Errorf("%s %s %s: %w", net, t.Name(), sizeLabel(t), err))
 			}
 			if sc.Step != nil {
 				sc.Step(label)

@@ -86,6 +86,24 @@ wait "$suite_pid"
 rc=$?
 set -e
 suite_pid=
+
+# Go tests that boot their own guest: the RDMA CM against the kernel's
+# rdma_cm (rdma_server/rdma_client, ucmatose, udaddy), and the rping and
+# perftest -R tools against the real ones. They run only when
+# SOFTIB_INTEROP_IMAGE is set, which is why the unit-test run passes over
+# them.
+if [ -z "${INTEROP_CASES:-}" ]; then
+	echo "== interop: Go kernel-interop tests"
+	set +e
+	go test -count=1 -timeout 20m -run 'Interop' ./rdmacm/ ./tools/rping/ ./tools/perftestcm/ 2>&1 |
+		tee "$art/go-interop.log" | grep -E '^(ok|FAIL|---|panic)'
+	grc=${PIPESTATUS[0]}
+	set -e
+	if [ "$grc" != 0 ]; then
+		echo "== interop: Go kernel-interop tests failed (log in $art/go-interop.log)"
+		[ "$rc" != 0 ] || rc=$grc
+	fi
+fi
 echo "== interop: total $(($(date +%s) - t0)) s"
 if [ "$rc" != 0 ]; then
 	echo "== interop: artefacts (pcaps, logs) in $art"

@@ -205,3 +205,46 @@ func TestBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPing runs b.N rping iterations (two SENDs, an RDMA READ, an
+// RDMA WRITE and two go-ahead SENDs each) with -V; -benchmem shows the
+// loop allocates nothing per ping once set up (setup is amortized).
+func BenchmarkPing(b *testing.B) {
+	ms, as := benchNode(b)
+	mc, _ := benchNode(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := rping.Run(ctx, ms, rping.Config{Server: true, Addr: as, Port: 7300,
+			Ready: func(netip.AddrPort) { close(ready) }})
+		done <- err
+	}()
+	<-ready
+	b.ReportAllocs()
+	b.ResetTimer()
+	res, err := rping.Run(ctx, mc, rping.Config{Addr: as, Port: 7300, Count: b.N, Validate: true})
+	b.StopTimer()
+	if err != nil || res.Pings != b.N {
+		b.Fatalf("%+v %v", res, err)
+	}
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+}
+
+func benchNode(b *testing.B) (*rdmacm.Manager, netip.Addr) {
+	b.Helper()
+	a := loopAddr()
+	d, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: a}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := rdmacm.NewManager(rdmacm.Config{})
+	if err := m.AddDevice(d); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { m.Close(); d.Close() })
+	return m, a
+}

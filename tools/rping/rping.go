@@ -573,7 +573,9 @@ func (s *session) serverLoop(ctx context.Context, c *conn) (int, error) {
 			return pings, err
 		}
 		src := n.info
-		s.debugf("Received rkey %x addr %x len %d from peer\n", src.RKey, src.Buf, src.Size)
+		if s.cfg.Debug {
+			s.debugf("Received rkey %x addr %x len %d from peer\n", src.RKey, src.Buf, src.Size)
+		}
 		s.debugf("server received sink adv\n")
 		// rping reads remote_len bytes; a larger peer buffer than ours
 		// is read only as far as ours goes.
@@ -597,10 +599,14 @@ func (s *session) serverLoop(ctx context.Context, c *conn) (int, error) {
 			return pings, err
 		}
 		sink := n.info
-		s.debugf("Received rkey %x addr %x len %d from peer\n", sink.RKey, sink.Buf, sink.Size)
+		if s.cfg.Debug {
+			s.debugf("Received rkey %x addr %x len %d from peer\n", sink.RKey, sink.Buf, sink.Size)
+		}
 		s.debugf("server received sink adv\n")
 		length := min(len(cString(buf))+1, size)
-		s.debugf("rdma write from lkey %x laddr %x len %d\n", c.rdmaMR.LKey(), c.rdmaMR.Addr(), length)
+		if s.cfg.Debug {
+			s.debugf("rdma write from lkey %x laddr %x len %d\n", c.rdmaMR.LKey(), c.rdmaMR.Addr(), length)
+		}
 		if err := c.rdma(verbs.WRRDMAWrite, length, sink); err != nil {
 			return pings, err
 		}
@@ -623,7 +629,9 @@ func (s *session) client(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("rdma_create_id: %w", err)
 	}
-	s.debugf("created cm_id %p\n", id)
+	if s.cfg.Debug {
+		s.debugf("created cm_id %p\n", id)
+	}
 	c.id = id
 	defer id.Destroy()
 	var src netip.AddrPort
@@ -727,14 +735,18 @@ func (s *session) clientLoop(ctx context.Context, c *conn) (int, error) {
 	size := uint32(s.cfg.Size)
 	for ping := 0; s.cfg.Count == 0 || ping < s.cfg.Count; ping++ {
 		pat.Fill(start, ping)
-		s.debugf("RDMA addr %x rkey %x len %d\n", c.startMR.Addr(), c.startMR.RKey(), size)
+		if s.cfg.Debug {
+			s.debugf("RDMA addr %x rkey %x len %d\n", c.startMR.Addr(), c.startMR.RKey(), size)
+		}
 		if err := c.send(Info{Buf: c.startMR.Addr(), RKey: c.startMR.RKey(), Size: size}); err != nil {
 			return ping, err
 		}
 		if _, done, err := c.waitFor(ctx, verbs.WCRecv, "RDMA_WRITE_ADV"); done || err != nil {
 			return ping, err
 		}
-		s.debugf("RDMA addr %x rkey %x len %d\n", c.rdmaMR.Addr(), c.rdmaMR.RKey(), size)
+		if s.cfg.Debug {
+			s.debugf("RDMA addr %x rkey %x len %d\n", c.rdmaMR.Addr(), c.rdmaMR.RKey(), size)
+		}
 		if err := c.send(Info{Buf: c.rdmaMR.Addr(), RKey: c.rdmaMR.RKey(), Size: size}); err != nil {
 			return ping, err
 		}

@@ -34,25 +34,45 @@ const (
 )
 
 // TestConnectCycles runs connect/disconnect cycles between this process
-// and a second softib process in another network namespace over a link
-// that drops 10% of the packets each way. Every cycle must end with an
-// event (ESTABLISHED and DISCONNECTED, or a failure event) — nothing may
-// hang — and either side initiates the disconnect in turn. A connect to
-// a port nobody listens on must end REJECTED with "invalid service ID".
-// 200 cycles (50 with -short).
+// and a second softib process in another network namespace over a lossy
+// link: a veth pair dropping 10% of the packets each way (200 cycles, 50
+// with -short), and a relay that also delays (2 ms ± 1 ms) and reorders
+// 5% (50 cycles, 20 with -short). Every cycle must end with an event
+// (ESTABLISHED and DISCONNECTED, or a failure event) — nothing may hang —
+// and either side initiates the disconnect in turn. A connect to a port
+// nobody listens on must end REJECTED with "invalid service ID".
 func TestConnectCycles(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireTool(t, "ping")
-	cycles := 200
-	if testing.Short() {
-		cycles = 50
+	short := testing.Short()
+	for _, v := range []struct {
+		name    string
+		relay   bool
+		netem   netns.Netem
+		cycles  int
+		shortTo int
+	}{
+		{"veth 10% loss", false, netns.Netem{Loss: 10}, 200, 50},
+		{"relay 10% loss 2ms±1ms delay 5% reorder", true,
+			netns.Netem{Loss: 10, Delay: 2 * time.Millisecond, Jitter: time.Millisecond, Reorder: 5}, 50, 20},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			n := v.cycles
+			if short {
+				n = v.shortTo
+			}
+			connectCycles(t, v.relay, v.netem, n)
+		})
 	}
-	p := netns.NewPair(t, netns.PairConfig{})
+}
+
+func connectCycles(t *testing.T, relay bool, ne netns.Netem, cycles int) {
+	p := netns.NewPair(t, netns.PairConfig{Relay: relay, Seed: 7})
 	if out, err := p.A.Command("ping", "-c", "1", "-W", "5", p.B.Addr.String()).CombinedOutput(); err != nil {
 		t.Fatalf("ping: %v\n%s", err, out)
 	}
 	for _, s := range []netns.Side{netns.A, netns.B} {
-		if err := p.SetNetem(s, netns.Netem{Loss: 10}); err != nil {
+		if err := p.SetNetem(s, ne); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -133,7 +153,7 @@ func TestConnectCycles(t *testing.T) {
 			t.Fatalf("no listener: %v (status %d)", ev.Type, ev.Status)
 		}
 	}
-	t.Logf("%d cycles in %v at 10%% loss: %d established and disconnected (%d by the server), %d failed with an event; %d/3 no-listener connects REJECTED(8)",
+	t.Logf("%d cycles in %v: %d established and disconnected (%d by the server), %d failed with an event; %d/3 no-listener connects REJECTED(8)",
 		cycles, time.Since(start).Round(time.Millisecond), established, byServer, failed, rejected)
 	if rejected == 0 {
 		t.Error("no REJECTED event for the port without listener")

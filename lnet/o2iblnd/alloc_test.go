@@ -11,6 +11,7 @@ import (
 	"softib/lnet/lnd"
 	"softib/rdmacm"
 	"softib/rxe"
+	"softib/udp"
 	"softib/verbs"
 	"softib/wire/lnetwire"
 )
@@ -47,7 +48,7 @@ func startStub(t *testing.T) (*Driver, *stubHost) {
 	t.Helper()
 	pid := os.Getpid()
 	a := netip.AddrFrom4([4]byte{127, byte(200 + pid%50), byte(pid>>6) ^ 0x80, byte(allocSeq.Add(1) + 1)})
-	dev, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: a}})
+	dev, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: a}, UDP: &udp.Config{DisableGRO: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

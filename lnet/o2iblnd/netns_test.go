@@ -20,7 +20,7 @@ func nsDevice(t *testing.T, n *netns.Node) (verbs.Device, *rdmacm.Manager) {
 	t.Helper()
 	var conn *udp.Socket
 	if err := n.Do(func() (err error) {
-		conn, err = udp.Listen(netip.AddrPortFrom(n.Addr, rxe.RoCEv2Port), &udp.Config{})
+		conn, err = udp.Listen(netip.AddrPortFrom(n.Addr, rxe.RoCEv2Port), &udp.Config{DisableGRO: true})
 		return err
 	}); err != nil {
 		t.Fatal(err)

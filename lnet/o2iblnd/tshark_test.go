@@ -35,7 +35,7 @@ func TestTsharkDecodesO2ib(t *testing.T) {
 	var addrs [2]string
 	for i := range devs {
 		a := testAddr()
-		d, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: a}, UDP: &udp.Config{DisableGSO: true}})
+		d, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: a}, UDP: &udp.Config{DisableGSO: true, DisableGRO: true}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 
 	"softib/lnet/lnd"
 	"softib/rxe"
+	"softib/udp"
 	"softib/verbs"
 	"softib/wire/lnetwire"
 )
@@ -15,7 +16,7 @@ func testPD(t *testing.T) verbs.PD {
 	t.Helper()
 	pid := os.Getpid()
 	a := netip.AddrFrom4([4]byte{127, byte(200 + pid%50), byte(pid>>6) ^ 0x40, byte(allocSeq.Add(1) + 1)})
-	dev, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: a}})
+	dev, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: a}, UDP: &udp.Config{DisableGRO: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,10 +3,14 @@ package main
 import (
 	"testing"
 
+	"softib/tools/loopaddr"
 	"softib/tools/pingpong"
 )
 
 func TestCLIHelpAndErrors(t *testing.T) {
+	// An RDMA CM client whose server is not there is rejected (no
+	// listener) and exits 1.
+	noServer := loopaddr.Next().String()
 	for _, c := range []struct {
 		run  func([]string) int
 		args []string
@@ -16,7 +20,7 @@ func TestCLIHelpAndErrors(t *testing.T) {
 		{runPerfDispatch, []string{"nosuch"}, 2},
 		{runPerfDispatch, nil, 2},
 		{runPerfDispatch, []string{"read_lat", "--bogus"}, 2},
-		{runPerfDispatch, []string{"write_bw", "-R", "--addr", "127.0.0.1"}, 1},
+		{runPerfDispatch, []string{"write_bw", "-R", "--addr", noServer, noServer}, 1},
 		{runPerfDispatch, []string{"write_bw", "-A", "NOPE"}, 2},
 		{func(a []string) int { return runPingpong(pingpong.RC, a) }, []string{"-m", "1000"}, 2},
 		{runDevinfo, []string{"-h"}, 0},

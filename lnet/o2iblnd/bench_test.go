@@ -79,7 +79,8 @@ func BenchmarkRCWrite1M(b *testing.B) {
 	cid.ResolveRoute(time.Second)
 	get(cch, rdmacm.EventRouteResolved)
 	qpCap := verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}
-	ccq, _ := cid.Device().CreateCQ(verbs.CQAttr{CQE: 128})
+	cch2 := verbs.NewCompChannel(1)
+	ccq, _ := cid.Device().CreateCQ(verbs.CQAttr{CQE: 128, Channel: cch2})
 	if _, err := cid.CreateQP(nil, &verbs.QPInitAttr{SendCQ: ccq, RecvCQ: ccq, Cap: qpCap}); err != nil {
 		b.Fatal(err)
 	}
@@ -105,18 +106,25 @@ func BenchmarkRCWrite1M(b *testing.B) {
 		if _, err := cid.QP().PostSend(wr); err != nil {
 			b.Fatal(err)
 		}
+		// Wait as o2iblnd's CQ worker does: poll, arm, poll, sleep on the
+		// completion channel.
 		for {
 			n, err := ccq.Poll(wcs)
+			if err == nil && n == 0 {
+				if err = ccq.ReqNotify(false); err == nil {
+					if n, err = ccq.Poll(wcs); err == nil && n == 0 {
+						<-cch2.C()
+						continue
+					}
+				}
+			}
 			if err != nil {
 				b.Fatal(err)
 			}
-			if n > 0 {
-				if wcs[0].Status != verbs.WCSuccess {
-					b.Fatal(wcs[0].Err())
-				}
-				return
+			if wcs[0].Status != verbs.WCSuccess {
+				b.Fatal(wcs[0].Err())
 			}
-			time.Sleep(20 * time.Microsecond)
+			return
 		}
 	}
 	write()

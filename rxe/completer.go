@@ -302,7 +302,9 @@ func (q *QP) completeSends() {
 			if w.status == verbs.WCSuccess {
 				wc.ByteLen = w.length
 			}
-			q.sendCQ.push(&wc, false)
+			if q.sendCQ.push(&wc, false) {
+				q.woke = true
+			}
 		}
 		q.sq.pop()
 		popped = true

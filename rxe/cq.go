@@ -53,19 +53,20 @@ func (d *Device) CreateCQ(attr verbs.CQAttr) (verbs.CQ, error) {
 
 // push appends a completion. solicited marks a receive completion of a
 // solicited message. On overflow the CQ enters error: the completion is
-// lost, Poll reports ErrCQOverrun and an EventCQErr is raised.
-func (cq *CQ) push(wc *verbs.WC, solicited bool) {
+// lost, Poll reports ErrCQOverrun and an EventCQErr is raised. push
+// reports whether it notified the completion channel.
+func (cq *CQ) push(wc *verbs.WC, solicited bool) bool {
 	cq.mu.Lock()
 	if cq.dead || cq.overrun {
 		cq.mu.Unlock()
-		return
+		return false
 	}
 	if cq.n == cq.cqe {
 		cq.overrun = true
 		cq.mu.Unlock()
 		cq.dev.stats.CQOverrun.Inc()
 		cq.dev.raise(verbs.AsyncEvent{Type: verbs.EventCQErr, CQ: cq})
-		return
+		return false
 	}
 	if cq.n == len(cq.ring) {
 		cq.grow(min(max(2*len(cq.ring), 16), cq.cqe))
@@ -80,7 +81,9 @@ func (cq *CQ) push(wc *verbs.WC, solicited bool) {
 	cq.mu.Unlock()
 	if notify && cq.ch != nil {
 		cq.ch.Notify(cq)
+		return true
 	}
+	return false
 }
 
 func (cq *CQ) grow(size int) {

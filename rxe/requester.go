@@ -394,7 +394,7 @@ func (q *QP) sendPacket(w *sendWQE, psn seqnum.PSN, now int64) {
 		}
 	}
 	q.finish(p)
-	q.tx.add(q, p)
+	q.reqTx.add(q, p)
 	if w.opcode == verbs.WRRDMARead {
 		w.off = w.length
 	} else {

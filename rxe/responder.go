@@ -95,7 +95,9 @@ func (q *QP) completeRecv(wc *verbs.WC, solicited bool) {
 	wc.WRID = q.resp.rwqe.id
 	wc.QPN = q.qpn
 	q.resp.haveRWQE = false
-	q.recvCQ.push(wc, solicited)
+	if q.recvCQ.push(wc, solicited) {
+		q.woke = true
+	}
 	if q.rq.len() == 0 {
 		q.drainC.Broadcast()
 	}
@@ -534,7 +536,7 @@ func (q *QP) sendReadResp(res *readRes, from seqnum.PSN) {
 			copy(pay, src)
 		}
 		q.finish(p)
-		q.tx.add(q, p)
+		q.respTx.add(q, p)
 		if last {
 			return
 		}
@@ -549,5 +551,5 @@ func (q *QP) sendAck(op roce.Opcode, syn roce.Syndrome, psn seqnum.PSN, orig uin
 		binary.BigEndian.PutUint64(p.buf[roce.BTHSize+roce.AETHSize:], orig)
 	}
 	q.finish(p)
-	q.tx.add(q, p)
+	q.respTx.add(q, p)
 }

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -61,6 +62,9 @@ func startIn(t *testing.T, ctx context.Context, h *netemu.Host, bin string, args
 		done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
 	p.cmd.WaitDelay = 5 * time.Second
+	// Should the test binary die (a go test -timeout panic skips
+	// cleanups), take softib with it rather than leave it running.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

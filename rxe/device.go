@@ -382,7 +382,6 @@ func (d *Device) rxLoop() {
 			}
 			return
 		}
-		inline := n <= d.cfg.InlineRx
 		touched = touched[:0]
 		for i := 0; i < n; i++ {
 			p := pkts[i]
@@ -398,6 +397,11 @@ func (d *Device) rxLoop() {
 				touched = append(touched, q)
 			}
 		}
+		// A batch for one QP is processed here whatever its size: the
+		// QP loop could not run it in parallel with anything, and the
+		// hand-off would cost a goroutine switch per batch (measured: a
+		// 10-20% lower single-QP WRITE bandwidth).
+		inline := d.cfg.InlineRx >= 0 && (n <= d.cfg.InlineRx || len(touched) == 1)
 		for i, q := range touched {
 			if inline {
 				q.runInline()

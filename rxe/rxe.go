@@ -93,7 +93,8 @@ const (
 	inqMax = 8192
 	// inlineRxBatch: the receive goroutine handles a packet on its own
 	// (when the QP is idle) if ReadBatch returned at most this many
-	// datagrams; bigger batches go to the QP loops for parallelism.
+	// datagrams or all of them are for one QP; bigger batches for
+	// several QPs go to the QP loops for parallelism.
 	inlineRxBatch = 4
 	// procBudget bounds the packets one processing round generates before
 	// it yields (and re-kicks itself).
@@ -125,9 +126,10 @@ type Config struct {
 	// Off, every ACK carries "unlimited" (0x1F) as rxe sends. Requesters
 	// always honour the credits a peer advertises.
 	AdvertiseCredits bool
-	// InlineRx is the largest receive batch the receive goroutine
-	// processes itself instead of handing packets to the QP loops
-	// (default 4; negative means never).
+	// InlineRx is the largest receive batch for several QPs that the
+	// receive goroutine processes itself instead of handing packets to
+	// the QP loops (default 4; negative means never). A batch for a
+	// single QP is always processed inline unless InlineRx is negative.
 	InlineRx int
 }
 

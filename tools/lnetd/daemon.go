@@ -14,8 +14,10 @@ import (
 
 	"softib/lnet"
 	"softib/lnet/lnd"
+	"softib/lnet/o2iblnd"
 	"softib/lnet/selftest"
 	"softib/lnet/socklnd"
+	"softib/rxe"
 	"softib/wire/lnetwire"
 )
 
@@ -27,8 +29,9 @@ type Options struct {
 	Log *slog.Logger
 	// PID is the LNet process id (0: lnetwire.PIDLustre).
 	PID lnetwire.PID
-	// LNDs are drivers to offer besides the built-in loopback and TCP
-	// ones (e.g. an RDMA LND), for nets of their type.
+	// LNDs are drivers to offer besides the built-in loopback, TCP and
+	// o2ib ones, for nets of their type; an o2ib LND given here replaces
+	// the built-in one (and its NIs get no rxe device from lnetd).
 	LNDs []lnd.LND
 }
 
@@ -40,7 +43,8 @@ type Daemon struct {
 	log  *slog.Logger
 	in   *lnet.Instance
 	sock *socklnd.LND
-	lnds []lnd.LND // every network LND offered (sock first)
+	o2ib *o2iblnd.LND // built-in RDMA LND; nil when Options.LNDs has one
+	lnds []lnd.LND    // every network LND offered (sock first)
 	test *testService
 	st   *selftest.Service // lnet_selftest node side (softib lst)
 
@@ -60,6 +64,7 @@ type niState struct {
 	netType string
 	nid     lnetwire.NID
 	cfg     NIConfig // as configured, with the NID filled in
+	rdma    *rdmaNI  // the rxe device and RDMA CM of a built-in o2ib NI
 }
 
 // New starts an LNet node from opts. A configuration the node cannot
@@ -81,6 +86,11 @@ func New(opts Options) (*Daemon, error) {
 		buffers: buffersTable.effective(cfg.Buffers),
 	}
 	d.lnds = append([]lnd.LND{d.sock}, opts.LNDs...)
+	if !slices.ContainsFunc(opts.LNDs, func(l lnd.LND) bool { return l.Type() == lnetwire.O2IBLND }) {
+		// No CM here: each o2ib NI brings its own device and CM.
+		d.o2ib = o2iblnd.New(o2iblnd.Config{})
+		d.lnds = append(d.lnds, d.o2ib)
+	}
 	in, err := lnet.New(lnet.Config{PID: opts.PID, LNDs: d.lnds, Globals: d.coreGlobals(), Log: log})
 	if err != nil {
 		return nil, err
@@ -132,6 +142,12 @@ func (d *Daemon) Close() {
 		d.st.Close()
 	}
 	d.in.Close()
+	d.mu.Lock()
+	nis := d.nis
+	d.mu.Unlock()
+	for _, s := range nis {
+		s.rdma.close()
+	}
 	d.log.Info("lnetd: LNet stopped")
 }
 
@@ -233,10 +249,19 @@ func (d *Daemon) addNI(net lnetwire.Net, netType string, ni NIConfig) error {
 		d.mu.Unlock()
 		nc.LNDConfig = sc
 	}
+	var rdma *rdmaNI
+	if net.Type() == lnetwire.O2IBLND && d.o2ib != nil {
+		oc, r, err := openO2IB(ni, ni.LNDTunables)
+		if err != nil {
+			return err
+		}
+		nc.LNDConfig, rdma = oc, r
+	}
 	// Other LNDs (Options.LNDs) get their own defaults: their lnd
 	// tunables are stored and exported, not mapped.
 	before := d.in.NIDs()
 	if err := d.in.AddNet(nc); err != nil {
+		rdma.close()
 		return explainAddNet(err, ni, sc)
 	}
 	var nid lnetwire.NID
@@ -249,7 +274,7 @@ func (d *Daemon) addNI(net lnetwire.Net, netType string, ni NIConfig) error {
 	cfg.NID = nid.String()
 	cfg.Interfaces = slices.Clone(ni.Interfaces)
 	d.mu.Lock()
-	d.nis = append(d.nis, niState{netType: netType, nid: nid, cfg: cfg})
+	d.nis = append(d.nis, niState{netType: netType, nid: nid, cfg: cfg, rdma: rdma})
 	d.mu.Unlock()
 	attrs := []any{"nid", nid, "interfaces", ni.Interfaces}
 	if net.Type() == lnetwire.SOCKLND {
@@ -257,6 +282,13 @@ func (d *Daemon) addNI(net lnetwire.Net, netType string, ni NIConfig) error {
 	}
 	if drv := d.sock.Driver(nid); drv != nil && drv.ListenAddr() != nil {
 		attrs = append(attrs, "listen", drv.ListenAddr().String())
+	}
+	if rdma != nil {
+		svc := nc.LNDConfig.(o2iblnd.Config).Service
+		if svc == 0 {
+			svc = o2iblnd.DefaultService
+		}
+		attrs = append(attrs, "rxe", rdma.dev.Name(), "roce", rdma.dev.(*rxe.Device).Addr().String(), "service", svc)
 	}
 	d.log.Info("lnetd: NI up", attrs...)
 	return nil
@@ -309,8 +341,18 @@ func (d *Daemon) delNet(name string) error {
 		return err
 	}
 	d.mu.Lock()
-	d.nis = slices.DeleteFunc(d.nis, func(s niState) bool { return s.nid.Net() == net })
+	var gone []*rdmaNI
+	d.nis = slices.DeleteFunc(d.nis, func(s niState) bool {
+		if s.nid.Net() == net {
+			gone = append(gone, s.rdma)
+			return true
+		}
+		return false
+	})
 	d.mu.Unlock()
+	for _, r := range gone {
+		r.close() // the NI is down: nothing uses its device any more
+	}
 	d.log.Info("lnetd: net removed", "net", net)
 	return nil
 }

@@ -1,5 +1,5 @@
 // Package lnetd is softib's LNet daemon and its control tools: `softib
-// lnetd` runs an LNet node (an *lnet.Instance with the loopback and TCP
+// lnetd` runs an LNet node (an *lnet.Instance with the loopback, TCP and o2ib
 // LNDs) configured from YAML in the shape Lustre's lnetctl imports and
 // exports; `softib lnetctl` configures and inspects it over a local
 // control socket; `softib lnet ping` pings a peer through it or from a
@@ -50,8 +50,24 @@
 // zc_min_payload, tx/rx_buffer_size, enable_csum, typed_conns,
 // min/max_reconnectms) and the ko2iblnd ones for o2ib nets
 // (peercredits_hiw, map_on_demand, concurrent_sends, fmr_pool_size,
-// fmr_flush_trigger, fmr_cache, ntx, ...); the latter are parsed and
-// stored, but lnetd cannot bring o2ib nets up yet.
+// fmr_flush_trigger, fmr_cache, ntx, ...).
+//
+// # o2ib nets
+//
+// An o2ib net (o2ib, o2ib1, ...) runs the RDMA LND (lnet/o2iblnd) over
+// softib's own RDMA stack: each o2ib NI gets a Soft-RoCE device (rxe)
+// bound to the NI's IPv4 address (its nid, else its first interface, an
+// address or an interface name) on UDP 4791, RoCEv2's port, where peers
+// send to, and an RDMA CM over that device. Several nodes on one host
+// therefore need distinct addresses (127.0.0.2, 127.0.0.3, ...); the port
+// cannot be changed. The listener is the RDMA CM "port" service (987) in
+// softib's CM, not a kernel TCP port: no root is needed. "tunables:"
+// peer_credits and credits apply as for tcp; of the lnd tunables,
+// service, peercredits_hiw, concurrent_sends, ntx, fmr_pool_size (the MR
+// cache size), timeout, keepalive (0: none), retry_count and
+// rnr_retry_count map onto o2iblnd.Config; the others are stored and
+// exported only. Deleting the net or stopping lnetd closes the NI, then
+// the RDMA CM and the device.
 //
 // Routes and configured peers are stored, shown and exported; this node
 // does not route, and the peer table is built from traffic. Of the

@@ -316,7 +316,7 @@ func TestE2EBadConfig(t *testing.T) {
 		{"net:\n    - net type: tcp\n      local NI(s):\n        - interfaces:\n              0: 127.0.0.2\n          tunables:\n              peer_credit: 8\n",
 			":7: net[0].local NI(s)[0].tunables.peer_credit: unknown key"},
 		{"global:\n    accept_port: 99999\n", ":2: global.accept_port: 99999 is out of range"},
-		{"net:\n    - net type: o2ib\n      local NI(s):\n        - interfaces: {0: ib0}\n", "net[0].net type: net type o2ib: lnetd has no o2ib LND"},
+		{"net:\n    - net type: o2ib\n      local NI(s):\n        - interfaces: {0: no-such-ib9}\n", "net[0].local NI(s)[0]: interface \"no-such-ib9\""},
 		{"net:\n    - net type: tcp\n      local NI(s):\n        - interfaces: {0: no-such-if9}\n", "net[0].local NI(s)[0]: "},
 	}
 	for i, c := range cases {

@@ -1,0 +1,140 @@
+package lnetd
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"softib/lnet/o2iblnd"
+	"softib/rdmacm"
+	"softib/rxe"
+	"softib/udp"
+	"softib/verbs"
+	"softib/wire/lnetwire"
+)
+
+// rdmaNI is what an o2ib NI brought up by lnetd owns besides the NI: its
+// Soft-RoCE device and the RDMA CM over it. Closed after the NI is gone.
+type rdmaNI struct {
+	dev verbs.Device
+	cm  *rdmacm.Manager
+}
+
+// close stops the RDMA CM, then the device.
+func (r *rdmaNI) close() {
+	if r == nil {
+		return
+	}
+	r.cm.Close()
+	r.dev.Close()
+}
+
+// rxeSeq numbers the devices of this process (rxe_lnetd0, 1, ...).
+var rxeSeq atomic.Int64
+
+// openO2IB opens a Soft-RoCE device bound to the NI's address (UDP 4791,
+// RoCEv2's port: peers are dialled there) and an RDMA CM over it, and
+// returns the o2iblnd configuration for the NI. ni's NID or first
+// interface (a name or an IPv4 address) gives the address.
+func openO2IB(ni NIConfig, lt Settings) (o2iblnd.Config, *rdmaNI, error) {
+	addr, err := niIPv4(ni)
+	if err != nil {
+		return o2iblnd.Config{}, nil, err
+	}
+	name := fmt.Sprintf("rxe_lnetd%d", rxeSeq.Add(1)-1)
+	// GRO off, as tools/demo: 1 MiB transfers between devices on one
+	// host lose datagrams with it under load.
+	dev, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Name: name, Addr: addr}, UDP: &udp.Config{DisableGRO: true}})
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return o2iblnd.Config{}, nil, fmt.Errorf("rxe device on %v: %w (UDP %d is taken on this address: another softib node or Linux rdma_rxe? give each node its own address)",
+				addr, err, rxe.RoCEv2Port)
+		}
+		return o2iblnd.Config{}, nil, fmt.Errorf("rxe device on %v: %w", addr, err)
+	}
+	m := rdmacm.NewManager(rdmacm.Config{})
+	if err := m.AddDevice(dev); err != nil {
+		m.Close()
+		dev.Close()
+		return o2iblnd.Config{}, nil, fmt.Errorf("RDMA CM on %v: %w", addr, err)
+	}
+	c := o2ibConfig(lt)
+	c.CM = m
+	return c, &rdmaNI{dev: dev, cm: m}, nil
+}
+
+// o2ibConfig maps the o2ib "lnd tunables" set in the file onto
+// o2iblnd.Config (ko2iblnd names). Keys o2iblnd has no knob for
+// (map_on_demand, fmr_flush_trigger, fmr_cache, wrq_sge, ib_mtu,
+// conns_per_peer beyond the core's) are stored and exported only.
+func o2ibConfig(lt Settings) o2iblnd.Config {
+	var c o2iblnd.Config
+	for _, s := range lt {
+		v := int(s.Value)
+		switch s.Name {
+		case "service":
+			c.Service = v
+		case "peercredits_hiw":
+			c.PeerCreditsHiw = v
+		case "concurrent_sends":
+			c.ConcurrentSends = v
+		case "ntx":
+			c.NTx = v
+		case "fmr_pool_size":
+			c.MRCacheSize = v
+		case "retry_count":
+			c.RetryCount = v
+		case "rnr_retry_count":
+			c.RNRRetryCount = v
+		case "timeout":
+			c.Timeout = time.Duration(v) * time.Second
+		case "keepalive":
+			c.Keepalive = time.Duration(v) * time.Second
+			if v == 0 {
+				c.Keepalive = -1 // ko2iblnd: 0 sends no keepalives
+			}
+		}
+	}
+	return c
+}
+
+// niIPv4 returns the IPv4 address of an o2ib NI: its NID's, else its
+// first interface given as an address or named interface with one.
+func niIPv4(ni NIConfig) (netip.Addr, error) {
+	if ni.NID != "" {
+		nid, err := lnetwire.ParseNID(ni.NID)
+		if err != nil {
+			return netip.Addr{}, err
+		}
+		a := nid.Addr()
+		return netip.AddrFrom4([4]byte{byte(a >> 24), byte(a >> 16), byte(a >> 8), byte(a)}), nil
+	}
+	for _, name := range ni.Interfaces {
+		if a, err := netip.ParseAddr(name); err == nil {
+			if !a.Unmap().Is4() {
+				return netip.Addr{}, fmt.Errorf("interface address %v: o2ib NIDs are IPv4", a)
+			}
+			return a.Unmap(), nil
+		}
+		ifi, err := net.InterfaceByName(name)
+		if err != nil {
+			return netip.Addr{}, fmt.Errorf("interface %q: %w", name, err)
+		}
+		addrs, err := ifi.Addrs()
+		if err != nil {
+			return netip.Addr{}, fmt.Errorf("interface %q: %w", name, err)
+		}
+		for _, a := range addrs {
+			if pn, ok := a.(*net.IPNet); ok {
+				if v4 := pn.IP.To4(); v4 != nil {
+					return netip.AddrFrom4([4]byte(v4)), nil
+				}
+			}
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("no IPv4 address on interfaces %v: give an address (interfaces: {0: 127.0.0.2}) or a nid", ni.Interfaces)
+}

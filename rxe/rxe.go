@@ -21,11 +21,16 @@
 // either inline by the goroutine that made work (PostSend, or the device
 // receive goroutine for small batches, when the mutex is free) or by the
 // QP's own run-loop goroutine, woken through a capacity-1 kick channel.
-// Timers are deadlines owned by the QP; the loop keeps one time.Timer reset
-// to the nearest one, and a firing timer only kicks the loop. Packets go out
-// in per-QP batches through udp.Conn.WriteBatch (so consecutive same-size
-// packets can leave as one GSO send) and packet buffers come from a pool:
-// the data path does not allocate.
+// The receive goroutine processes a batch inline when it is small or for
+// one QP only. Timers are deadlines owned by the QP; the loop keeps one
+// lazily re-armed time.Timer no later than the nearest one, and a firing
+// timer only kicks the loop. Packets go out in per-QP batches through
+// udp.Conn.WriteBatch (so consecutive same-size packets can leave as one
+// GSO send), sent after the QP mutex is released, in two ordered lanes
+// (requests; ACKs and responses) that may share one WriteBatch. A receive
+// round that woke a completion-channel reader yields to it before sending
+// its ACKs, so a ping-pong reply carries the ACK in the same sendmmsg.
+// Packet buffers come from a pool: the data path does not allocate.
 //
 // Where softib differs from Linux rxe, and why:
 //   - Every packet leaves from the socket's bound UDP port: a udp.Conn has

@@ -169,4 +169,12 @@ func TestO2IBDaemon(t *testing.T) {
 	if code, _, errs := ctlRun(t, b.sock, "net", "add", "--net", "o2ib1", "--if", b.ip); code != 1 || !strings.Contains(errs, "4791") {
 		t.Errorf("o2ib1 on a taken address: %d %s", code, errs)
 	}
+	// Shutdown closes the device too (Close is idempotent: cleanup's
+	// second call does nothing).
+	b.d.Close()
+	if c, err := net.ListenPacket("udp4", b.ip+":4791"); err != nil {
+		t.Errorf("UDP 4791 on %s still taken after Close: %v", b.ip, err)
+	} else {
+		c.Close()
+	}
 }

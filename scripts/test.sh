@@ -35,10 +35,13 @@ go vet ./...
 echo "== staticcheck"
 staticcheck ./...
 echo "== go test -race"
-go test -race -count=1 -timeout 12m ./... 2>&1 | tee /tmp/softib-test.log | grep -vE '^(ok|PASS|\?)\s' || true
-if grep -qE '^(FAIL|panic:|--- FAIL)' /tmp/softib-test.log; then
-  grep -E '^(FAIL|--- FAIL)' /tmp/softib-test.log
+log=$(mktemp /tmp/softib-test.XXXXXX.log)
+go test -race -count=1 -timeout 12m ./... 2>&1 | tee "$log" | grep -vE '^(ok|PASS|\?)\s' || true
+if grep -qE '^(FAIL|panic:|--- FAIL)' "$log"; then
+  grep -E '^(FAIL|--- FAIL)' "$log"
+  echo "full log: $log"
   exit 1
 fi
-pass=$(grep -cE '^ok\s' /tmp/softib-test.log || true)
+pass=$(grep -cE '^ok\s' "$log" || true)
+rm -f "$log"
 echo "test packages: $pass passed, 0 failed"

@@ -98,7 +98,7 @@ func listening(t *testing.T, h *netemu.Host, port int) bool {
 
 // runAcross runs a tool's server in r.A and its client in r.B (the same
 // arguments plus --addr and, for the client, the server's address) and
-// fails the test unless both exit 0; see waitServer for the one
+// fails the test unless both exit 0; see waitStraggler for the one
 // exception of ping-pong under loss.
 func runAcross(t *testing.T, r *netemu.Router, bin string, pingpong bool, args ...string) {
 	t.Helper()
@@ -118,10 +118,21 @@ func runAcross(t *testing.T, r *netemu.Router, bin string, pingpong bool, args .
 	}
 	cli := startIn(t, ctx, r.B, bin, append(append(append([]string{}, args...), port...),
 		"--addr", r.B.Addr.String(), r.A.Addr.String())...)
-	<-cli.done
-	if cli.err == nil && pingpong {
-		waitServer(t, r, srv)
+	if pingpong {
+		// Either side may be the one left retransmitting its last SEND
+		// after the other exited (see waitStraggler).
+		select {
+		case <-cli.done:
+			if cli.err == nil {
+				waitStraggler(t, r, srv, "server", true)
+			}
+		case <-srv.done:
+			if srv.err == nil {
+				waitStraggler(t, r, cli, "client", false)
+			}
+		}
 	}
+	<-cli.done
 	<-srv.done
 	if srv.err != nil || cli.err != nil {
 		t.Fatalf("%v: server %v, client %v\nserver output:\n%s\nclient output:\n%s", args, srv.err, cli.err, &srv.out, &cli.out)
@@ -131,38 +142,45 @@ func runAcross(t *testing.T, r *netemu.Router, bin string, pingpong bool, args .
 	}
 }
 
-// waitServer waits for a ping-pong server whose client finished. The
-// last packet of a ping-pong is the client's ACK of the server's last
-// SEND, and the client exits right after sending it. If the router drops
-// that ACK, the server retransmits the SEND to a QP that no longer
-// exists, and with retry_cnt 7 (ibv_rc_pingpong's value, which rxe
-// treats as "retry forever") it never completes: the same happens with
-// rdma-core's tool on Linux rxe. Everything else was proven by then: the
-// server posts each SEND only after receiving and checking (-c) the
-// client's message, and the client exited 0 after checking all the
-// server's messages and having all its own SENDs acknowledged. So a
-// server still retransmitting (its packets keep crossing A→B) is killed
-// and the run counted as passed; a server that exits must exit 0.
-func waitServer(t *testing.T, r *netemu.Router, srv *nsProc) {
+// waitStraggler waits for the side of a ping-pong whose peer already
+// exited 0. The last SEND of a ping-pong may lose its ACK to the router
+// after the receiver, done with its loop, has destroyed its QP; the
+// sender then retransmits to a QP that no longer exists and, with
+// retry_cnt 7 (ibv_rc_pingpong's value, which rxe treats as "retry
+// forever"), never completes. rdma-core's tool on Linux rxe does the
+// same: its "done" exchange happens before the ping-pong, not after.
+// Whichever side is left, the data was proven by then: each side posts a
+// SEND only after receiving and checking (-c) the peer's message, and the
+// side that exited 0 checked all of them. So a straggler that is still
+// retransmitting (its packets keep crossing the router) is killed and the
+// run counted as passed; one that exits must exit 0, and one that hangs
+// without sending fails the test. aToB says which way its packets go.
+func waitStraggler(t *testing.T, r *netemu.Router, p *nsProc, who string, aToB bool) {
 	t.Helper()
 	select {
-	case <-srv.done:
+	case <-p.done:
 		return
 	case <-time.After(5 * time.Second):
 	}
-	before := r.Stats().AtoB.Received
+	sent := func() uint64 {
+		if aToB {
+			return r.Stats().AtoB.Received
+		}
+		return r.Stats().BtoA.Received
+	}
+	before := sent()
 	select {
-	case <-srv.done:
+	case <-p.done:
 		return
 	case <-time.After(2 * time.Second):
 	}
-	if after := r.Stats().AtoB.Received; after == before {
-		t.Fatalf("server hangs without retransmitting\n%s", &srv.out)
+	if sent() == before {
+		t.Fatalf("%s hangs without retransmitting\n%s", who, &p.out)
 	}
-	t.Logf("the final ACK was lost after the client exited: server retransmitting its last SEND forever (retry_cnt 7); killed")
-	srv.cmd.Process.Kill()
-	<-srv.done
-	srv.err = nil
+	t.Logf("the last ACK was lost after the peer exited: %s retransmitting its last SEND forever (retry_cnt 7); killed", who)
+	p.cmd.Process.Kill()
+	<-p.done
+	p.err = nil
 }
 
 // Tool runs: data-checked RC ping-pong at two sizes and the RDMA WRITE,

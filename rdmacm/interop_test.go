@@ -1,77 +1,24 @@
 package rdmacm_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"softib/cm"
 	"softib/internal/testenv"
 	"softib/internal/tsharktest"
 	"softib/interop/vm"
+	"softib/interop/vmtest"
 	"softib/rdmacm"
-	"softib/rxe"
 	"softib/verbs"
 	"softib/wire/mad"
 )
-
-// openInNetns opens an rxe device whose UDP socket lives in the named
-// network namespace. The socket stays there; the device is used from any
-// goroutine afterwards.
-func openInNetns(t *testing.T, ns string, addr netip.Addr) verbs.Device {
-	t.Helper()
-	type res struct {
-		d   verbs.Device
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine if restoring fails
-		orig, err := unix.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			ch <- res{nil, err}
-			return
-		}
-		defer unix.Close(orig)
-		fd, err := unix.Open("/var/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			ch <- res{nil, err}
-			return
-		}
-		defer unix.Close(fd)
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			ch <- res{nil, err}
-			return
-		}
-		d, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: addr}})
-		if rerr := unix.Setns(orig, unix.CLONE_NEWNET); rerr == nil {
-			runtime.UnlockOSThread()
-		}
-		ch <- res{d, err}
-	}()
-	r := <-ch
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	t.Cleanup(func() { r.d.Close() })
-	return r.d
-}
-
-type testLog struct{ t *testing.T }
-
-func (w testLog) Write(p []byte) (int, error) {
-	w.t.Log(string(bytes.TrimRight(p, "\n")))
-	return len(p), nil
-}
 
 // TestInteropLinuxKernel connects softib's RDMA CM with the Linux 6.1
 // kernel rdma_cm (rdma_rxe in a QEMU guest, rdmacm-utils' rdma_server
@@ -90,7 +37,7 @@ func TestInteropLinuxKernel(t *testing.T) {
 	testenv.RequireTool(t, "ip")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	v, err := vm.Start(ctx, vm.Config{Image: img, Namespace: fmt.Sprintf("sibcm-%d", os.Getpid()), Log: testLog{t}})
+	v, err := vm.Start(ctx, vm.Config{Image: img, Namespace: fmt.Sprintf("sibcm-%d", os.Getpid()), Log: vmtest.Log{T: t}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +51,7 @@ func TestInteropLinuxKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev := openInNetns(t, v.Namespace(), host)
+	dev := vmtest.OpenDevice(t, v.Namespace(), host)
 	// dropOnce names a MAD attribute whose next transmission is lost.
 	var dropOnce atomic.Uint32
 	m := rdmacm.NewManager(rdmacm.Config{CM: cm.Config{DropSend: func(b []byte, _ cm.Addr) bool {

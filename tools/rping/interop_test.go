@@ -1,74 +1,20 @@
 package rping_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
 	"os"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"softib/internal/testenv"
 	"softib/interop/vm"
+	"softib/interop/vmtest"
 	"softib/rdmacm"
-	"softib/rxe"
 	"softib/tools/rping"
-	"softib/verbs"
 )
-
-// openInNetns opens an rxe device whose UDP socket lives in the named
-// network namespace (the socket stays there; the device is used from any
-// goroutine).
-func openInNetns(t *testing.T, ns string, addr netip.Addr) verbs.Device {
-	t.Helper()
-	type res struct {
-		d   verbs.Device
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked if restoring the namespace fails
-		orig, err := unix.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			ch <- res{nil, err}
-			return
-		}
-		defer unix.Close(orig)
-		fd, err := unix.Open("/var/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			ch <- res{nil, err}
-			return
-		}
-		defer unix.Close(fd)
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			ch <- res{nil, err}
-			return
-		}
-		d, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: addr}})
-		if rerr := unix.Setns(orig, unix.CLONE_NEWNET); rerr == nil {
-			runtime.UnlockOSThread()
-		}
-		ch <- res{d, err}
-	}()
-	r := <-ch
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	t.Cleanup(func() { r.d.Close() })
-	return r.d
-}
-
-type testLog struct{ t *testing.T }
-
-func (w testLog) Write(p []byte) (int, error) {
-	w.t.Log(string(bytes.TrimRight(p, "\n")))
-	return len(p), nil
-}
 
 // TestInteropLinux runs softib rping against rdma-core's rping on Linux
 // 6.1 rxe in a QEMU guest, both directions, with -v -V, and compares the
@@ -84,13 +30,13 @@ func TestInteropLinux(t *testing.T) {
 	testenv.RequireTool(t, "qemu-system-x86_64")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	v, err := vm.Start(ctx, vm.Config{Image: img, Namespace: fmt.Sprintf("sibrp-%d", os.Getpid()), Log: testLog{t}})
+	v, err := vm.Start(ctx, vm.Config{Image: img, Namespace: fmt.Sprintf("sibrp-%d", os.Getpid()), Log: vmtest.Log{T: t}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer v.Stop()
 	host, guest := netip.MustParseAddr(v.HostIP()), netip.MustParseAddr(v.GuestIP())
-	dev := openInNetns(t, v.Namespace(), host)
+	dev := vmtest.OpenDevice(t, v.Namespace(), host)
 	m := rdmacm.NewManager(rdmacm.Config{})
 	defer m.Close()
 	if err := m.AddDevice(dev); err != nil {

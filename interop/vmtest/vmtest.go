@@ -1,0 +1,73 @@
+// Package vmtest holds what Go tests need to talk to the Linux interop
+// guest booted by package interop/vm: a soft-RoCE device opened inside the
+// guest's network namespace, and a logger that sends the harness's output
+// to the test log. Tests that use it run when SOFTIB_INTEROP_IMAGE names an
+// image made by interop/image.sh (scripts/interop.sh sets it).
+package vmtest
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"softib/rxe"
+	"softib/verbs"
+)
+
+// OpenDevice opens an rxe device bound to addr whose UDP socket lives in
+// the named network namespace; the socket stays there and the device is
+// used from any goroutine. The device is closed when the test ends.
+func OpenDevice(t testing.TB, ns string, addr netip.Addr) verbs.Device {
+	t.Helper()
+	type res struct {
+		d   verbs.Device
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		// The thread switches namespaces; it is unlocked (and so reused)
+		// only if switching back succeeds, otherwise it dies with the
+		// goroutine.
+		runtime.LockOSThread()
+		orig, err := unix.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			ch <- res{nil, err}
+			return
+		}
+		defer unix.Close(orig)
+		fd, err := unix.Open("/var/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			ch <- res{nil, err}
+			return
+		}
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			ch <- res{nil, err}
+			return
+		}
+		d, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: addr}})
+		if rerr := unix.Setns(orig, unix.CLONE_NEWNET); rerr == nil {
+			runtime.UnlockOSThread()
+		}
+		ch <- res{d, err}
+	}()
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	t.Cleanup(func() { r.d.Close() })
+	return r.d
+}
+
+// Log is an io.Writer that sends each write to the test log; pass it as
+// vm.Config.Log.
+type Log struct{ T testing.TB }
+
+func (w Log) Write(p []byte) (int, error) {
+	w.T.Log(string(bytes.TrimRight(p, "\n")))
+	return len(p), nil
+}

@@ -37,11 +37,27 @@ staticcheck ./...
 echo "== go test -race"
 log=$(mktemp /tmp/softib-test.XXXXXX.log)
 go test -race -count=1 -timeout 12m ./... 2>&1 | tee "$log" | grep -vE '^(ok|PASS|\?)\s' || true
-if grep -qE '^(FAIL|panic:|--- FAIL)' "$log"; then
-  grep -E '^(FAIL|--- FAIL)' "$log"
-  echo "full log: $log"
+failed=$(grep -E '^FAIL\s+softib/' "$log" | awk '{print $2}' | sort -u || true)
+if grep -qE '^(FAIL|panic:|--- FAIL)' "$log" && [ -z "$failed" ]; then
+  echo "go test failed outside a package result; full log: $log"
   exit 1
+fi
+flaky=""
+if [ -n "$failed" ]; then
+  grep -E '^(FAIL|--- FAIL)' "$log"
+  # One retry of just the failed packages: these 2-core machines are
+  # shared and noisy. A package that fails twice fails the run; one that
+  # passes on retry is reported as flaky (and is a bug to fix).
+  echo "== retrying failed packages once: $(echo $failed)"
+  if ! go test -race -count=1 -timeout 12m $failed; then
+    echo "full log of the first run: $log"
+    exit 1
+  fi
+  flaky=$failed
 fi
 pass=$(grep -cE '^ok\s' "$log" || true)
 rm -f "$log"
-echo "test packages: $pass passed, 0 failed"
+if [ -n "$flaky" ]; then
+  echo "FLAKY (failed, then passed on retry): $(echo $flaky)"
+fi
+echo "test packages: $((pass + $(echo $flaky | wc -w))) passed, 0 failed"

@@ -34,6 +34,17 @@ echo "== go vet"
 go vet ./...
 echo "== staticcheck"
 staticcheck ./...
+# Allocation tests (0 allocs per packet/message on the data paths) are
+# meaningless under -race, where they skip; run them once without it.
+echo "== allocation tests (without -race)"
+alog=$(mktemp /tmp/softib-alloc.XXXXXX.log)
+if ! go test -count=1 -run 'Alloc' ./... >"$alog" 2>&1; then
+  grep -vE '^(ok|\?)\s' "$alog"
+  echo "allocation tests failed (log: $alog)"
+  exit 1
+fi
+echo "allocation tests: ok"
+rm -f "$alog"
 echo "== go test -race"
 log=$(mktemp /tmp/softib-test.XXXXXX.log)
 go test -race -count=1 -timeout 12m ./... 2>&1 | tee "$log" | grep -vE '^(ok|PASS|\?)\s' || true

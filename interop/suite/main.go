@@ -160,10 +160,13 @@ func run() int {
 			r = result{name: c.name, status: "FAIL", detail: fmt.Sprintf("not run: suite budget %v used up", o.budget)}
 		} else {
 			r = e.runCase(ctx, c)
-			if r.status == "FAIL" && strings.Contains(r.detail, guestClockFailure) && ctx.Err() == nil {
-				logf("%-40s retrying once: %s", c.name, guestClockFailure)
+			// The guest's clock calibration is independent of softib and
+			// fails now and then under TCG; a case gets up to
+			// clockRetries more runs for it, never for anything else.
+			for try := 1; try <= clockRetries && r.status == "FAIL" && strings.Contains(r.detail, guestClockFailure) && ctx.Err() == nil; try++ {
+				logf("%-40s retry %d/%d: %s", c.name, try, clockRetries, guestClockFailure)
 				r = e.runCase(ctx, c)
-				r.detail = strings.TrimSpace(r.detail + " (retried once: " + guestClockFailure + ")")
+				r.detail = strings.TrimSpace(r.detail + fmt.Sprintf(" (retry %d: %s)", try, guestClockFailure))
 			}
 		}
 		results = append(results, r)
@@ -176,6 +179,10 @@ func run() int {
 	}
 	return 0
 }
+
+// clockRetries bounds the reruns of a case whose only failure was the
+// guest perftest's clock calibration.
+const clockRetries = 2
 
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "suite: "+format+"\n", args...)

@@ -126,4 +126,14 @@ func TestCheckPerfGuestClock(t *testing.T) {
 	if err := checkPerf("nothing", ""); err == nil || strings.Contains(err.Error(), guestClockFailure) {
 		t.Fatalf("missing row: %v", err)
 	}
+	// The same failure on an rxe server (softib is the client) is retried
+	// too: CI run of 2026-11-22 failed "perf send_lat -R srv=rxe" on it.
+	host := hdr + " 2       20          170.47         499.10       297.56   \t       298.79      \t82.00  \t\t499.10  \t\t499.10 \n"
+	err := perfCheck("send_lat", rxeServer)(clock, host)
+	if err == nil || !strings.Contains(err.Error(), guestClockFailure) {
+		t.Fatalf("rxe server clock failure: %v", err)
+	}
+	if err := perfCheck("send_lat", rxeServer)(good, host); err != nil {
+		t.Fatalf("rxe server good: %v", err)
+	}
 }

@@ -837,7 +837,7 @@ func TestStaleConnection(t *testing.T) {
 		n := newNet(t)
 		a := n.node(t, "10.0.0.1", cm.Config{})
 		b := n.node(t, "10.0.0.2", cm.Config{})
-		connect(t, a, b)
+		ca, sb := connect(t, a, b)
 		// A second REQ from the same remote QPN while the first
 		// connection lives: REJ STALE_CONN.
 		id := a.newID()
@@ -852,6 +852,130 @@ func TestStaleConnection(t *testing.T) {
 		wantState(t, id, cm.StateTimewait)
 		if b.cm.Stats().StaleConns.Load() != 1 {
 			t.Error("stale not counted")
+		}
+		// B also takes the old connection down: DREQ, answered by A.
+		if r := b.mustFind(cm.EventDREPReceived); r.id != sb {
+			t.Errorf("DREP_RECEIVED on %v, want the old connection", r.id.LocalCommID())
+		}
+		if r := a.mustFind(cm.EventDREQReceived); r.id != ca {
+			t.Errorf("DREQ_RECEIVED on %v, want the old connection", r.id.LocalCommID())
+		}
+		wantState(t, sb, cm.StateTimewait)
+	})
+}
+
+// restart replaces nd's CM by a new one on the same address, as a
+// restarted process: same GID and CA GUID, a fresh comm ID space, nothing
+// remembered. The old CM sends nothing more.
+func (n *memNet) restart(t *testing.T, nd *node) *node {
+	t.Helper()
+	if err := nd.cm.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return n.node(t, nd.ip.String(), cm.Config{})
+}
+
+// TestStalePeerRestartActive: the active side restarts and reuses its
+// QPN in a new REQ while the passive side still holds the old connection
+// ESTABLISHED. The passive side rejects with STALE_CONN and sends a DREQ
+// on the old connection; the restarted CM answers it with a DREP for an
+// unknown connection, so the old connection's owner hears DREP_RECEIVED.
+// Once its timewait is over the retry connects.
+func TestStalePeerRestartActive(t *testing.T) {
+	run(t, func(t *testing.T) {
+		n := newNet(t)
+		a := n.node(t, "10.0.0.1", cm.Config{})
+		b := n.node(t, "10.0.0.2", cm.Config{})
+		_, sb := connect(t, a, b)
+		a2 := n.restart(t, a)
+		rtuOnREP(a2)
+		id := a2.newID()
+		if err := id.SendREQ(reqParam(a2, b, 0x100)); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		r := a2.mustFind(cm.EventREJReceived)
+		if r.id != id || r.ev.REJ.Reason != mad.RejStaleConn || !errors.Is(r.ev.Err, cm.ErrRejected) {
+			t.Fatalf("first REQ after restart: %+v", r.ev.REJ)
+		}
+		if d := b.mustFind(cm.EventDREPReceived); d.id != sb {
+			t.Fatalf("DREP_RECEIVED on %v, want the old connection", d.id.LocalCommID())
+		}
+		wantState(t, sb, cm.StateTimewait)
+		if b.cm.Stats().StaleConns.Load() != 1 || a2.cm.Stats().Unmatched.Load() != 1 {
+			t.Errorf("stale %d, unmatched DREQ at the restarted side %d",
+				b.cm.Stats().StaleConns.Load(), a2.cm.Stats().Unmatched.Load())
+		}
+		// The owner destroys the old ID (as a ULP does on disconnect);
+		// its identifiers stay reserved until timewait ends.
+		if err := sb.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+		if err := id.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if b.cm.NumTimewait() != 0 {
+			t.Fatalf("%d connections still in timewait", b.cm.NumTimewait())
+		}
+		retry := a2.newID()
+		if err := retry.SendREQ(reqParam(a2, b, 0x100)); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		wantState(t, retry, cm.StateEstablished)
+		if got := b.mustFind(cm.EventRTUReceived).id; got == sb {
+			t.Error("the retry reused the old ID")
+		}
+	})
+}
+
+// TestStalePeerRestartPassive: the passive side restarts and answers a
+// new REQ with a REP naming the QPN its old incarnation had, which the
+// active side still holds ESTABLISHED. The active side refuses the REP
+// (REJ STALE_CONN), fails the attempt with REQ_ERROR and disconnects the
+// old connection; after timewait a new attempt connects.
+func TestStalePeerRestartPassive(t *testing.T) {
+	run(t, func(t *testing.T) {
+		n := newNet(t)
+		a := n.node(t, "10.0.0.1", cm.Config{})
+		b := n.node(t, "10.0.0.2", cm.Config{})
+		ca, _ := connect(t, a, b)
+		b2 := n.restart(t, b)
+		acceptAll(b2) // hands out QPN 0x200 again
+		b2.listen(testSID)
+		id := a.newID()
+		if err := id.SendREQ(reqParam(a, b2, 0x101)); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		r := a.mustFind(cm.EventREQError)
+		var re *cm.RejectError
+		if r.id != id || !errors.As(r.ev.Err, &re) || re.Reason != mad.RejStaleConn {
+			t.Fatalf("REQ after the peer restarted: %v", r.ev.Err)
+		}
+		if rej := b2.mustFind(cm.EventREJReceived); rej.ev.REJ.Reason != mad.RejStaleConn ||
+			rej.ev.REJ.MessageRejected != mad.MsgREP {
+			t.Errorf("restarted side got %+v", rej.ev.REJ)
+		}
+		if d := a.mustFind(cm.EventDREPReceived); d.id != ca {
+			t.Fatalf("DREP_RECEIVED on %v, want the old connection", d.id.LocalCommID())
+		}
+		wantState(t, ca, cm.StateTimewait)
+		if err := id.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		retry := a.newID()
+		if err := retry.SendREQ(reqParam(a, b2, 0x102)); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		wantState(t, retry, cm.StateEstablished)
+		if retry.RemoteQPN() != 0x201 {
+			t.Errorf("remote QPN %#x", retry.RemoteQPN())
 		}
 	})
 }

@@ -98,12 +98,15 @@ func (c *CM) recvREQ(tid uint64, req *mad.REQ, from Addr) {
 		return
 	}
 	qk := qpnKey{from.GID(), req.LocalQPN}
-	if _, ok := c.remoteQPNs[qk]; ok {
+	if old, ok := c.remoteQPNs[qk]; ok {
 		// The peer reuses a QPN we still consider connected or in
-		// timewait: refuse the new connection (cm_insert_remote_qpn).
+		// timewait: refuse the new connection (cm_insert_remote_qpn)
+		// and take the old one down, so the peer's retry finds the QPN
+		// free once that connection's timewait is over.
 		c.st.StaleConns.Inc()
 		c.send(tid, &mad.REJ{RemoteCommID: req.LocalCommID, MessageRejected: mad.MsgREQ,
 			Reason: mad.RejStaleConn}, from)
+		c.disconnectStaleLocked(old)
 		return
 	}
 	id := c.newIDLocked(listener.handler, listener.ctx)
@@ -137,6 +140,26 @@ func (c *CM) recvREQ(tid uint64, req *mad.REQ, from Addr) {
 	r.PrivateData = clone(req.PrivateData)
 	ev.REQ, ev.PrivateData = &r, r.PrivateData
 	c.queue(id, ev)
+}
+
+// disconnectStaleLocked takes down the connection holding local comm ID
+// lid after the peer showed it is stale (it reused the connection's
+// remote QPN or comm ID in a new REQ or REP): a connected ID sends a
+// DREQ, which the restarted peer answers with a DREP for an unknown
+// connection (or which times out), so the ID's owner hears
+// DREP_RECEIVED or DREQ_ERROR and tears the connection down. IDs in
+// other states are left alone: they are already on their way down or
+// will time out.
+func (c *CM) disconnectStaleLocked(lid uint32) {
+	id := c.ids[lid]
+	if id == nil || id.destroyed || !id.state.isConnected() {
+		return
+	}
+	c.cancel(id)
+	c.setState(id, StateDREQSent)
+	b := c.send(c.formTID(id.localID), &mad.DREQ{LocalCommID: id.localID, RemoteCommID: id.remoteID,
+		RemoteQPN: id.remoteQPN}, id.remote)
+	c.arm(id, b, id.timeout, id.maxCMRetries)
 }
 
 // dupREQ answers a retransmitted REQ for a connection we already track.
@@ -198,15 +221,25 @@ func (c *CM) recvREP(rep *mad.REP, from Addr) {
 	}
 	rk := remoteKey{rep.LocalCommID, rep.LocalCAGUID, id.remote.GID()}
 	qk := qpnKey{id.remote.GID(), rep.LocalQPN}
-	_, dupID := c.remoteIDs[rk]
-	_, dupQPN := c.remoteQPNs[qk]
+	oldByID, dupID := c.remoteIDs[rk]
+	oldByQPN, dupQPN := c.remoteQPNs[qk]
 	if dupID || dupQPN {
+		// The responder answers with a comm ID or QPN one of our
+		// connections still holds: that connection is stale (the peer
+		// restarted). Refuse this REP, fail the attempt and take the
+		// old connection down (cm_rep_handler).
 		c.st.StaleConns.Inc()
 		c.send(id.tid, &mad.REJ{LocalCommID: id.localID, RemoteCommID: rep.LocalCommID,
 			MessageRejected: mad.MsgREP, Reason: mad.RejStaleConn}, id.remote)
 		c.cancel(id)
 		c.setState(id, StateIdle)
 		c.queue(id, &Event{Type: EventREQError, From: from, Err: &RejectError{Reason: mad.RejStaleConn}})
+		if dupID {
+			c.disconnectStaleLocked(oldByID)
+		}
+		if dupQPN && (!dupID || oldByQPN != oldByID) {
+			c.disconnectStaleLocked(oldByQPN)
+		}
 		return
 	}
 	c.cancel(id)

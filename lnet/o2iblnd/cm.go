@@ -37,7 +37,16 @@ func (d *Driver) connd() {
 			}
 		case rdmacm.EventRouteResolved:
 			c.activeConnect()
-		case rdmacm.EventAddrError, rdmacm.EventRouteError, rdmacm.EventUnreachable, rdmacm.EventConnectError:
+		case rdmacm.EventUnreachable:
+			if c.active && ev.Status == int(mad.RejStaleConn) {
+				// Our CM refused the REP: the responder's QPN is one an
+				// old connection to it still holds. The CM disconnects
+				// that one; try again once it is gone.
+				c.cmStale(ev)
+				break
+			}
+			c.connectFailed(fmt.Errorf("%w: %v (status %d): %v", lnd.ErrPeerDown, ev.Type, ev.Status, ev.Err))
+		case rdmacm.EventAddrError, rdmacm.EventRouteError, rdmacm.EventConnectError:
 			c.connectFailed(fmt.Errorf("%w: %v (status %d): %v", lnd.ErrPeerDown, ev.Type, ev.Status, ev.Err))
 		case rdmacm.EventRejected:
 			c.rejected(ev)
@@ -197,7 +206,9 @@ func (d *Driver) established(c *conn) {
 			stale = append(stale, o)
 		}
 	}
-	p.incarnation, p.version = c.peerStamp, c.version
+	rebooted := p.lastStamp != 0 && p.lastStamp != c.peerStamp
+	oldStamp := p.lastStamp
+	p.incarnation, p.version, p.lastStamp = c.peerStamp, c.version, c.peerStamp
 	p.reconnects, p.races = 0, 0
 	p.lastAlive = now
 	q := p.txq
@@ -205,6 +216,11 @@ func (d *Driver) established(c *conn) {
 	closed := d.closed
 	d.mu.Unlock()
 	d.stats.ConnsEstablished.Add(1)
+	if rebooted {
+		d.stats.PeerReboots.Add(1)
+		d.log.Info("o2iblnd: peer restarted", "peer", c.nid.String(),
+			"old_incarnation", fmt.Sprintf("%#x", oldStamp), "incarnation", fmt.Sprintf("%#x", c.peerStamp))
+	}
 	if closed {
 		c.close(lnd.ErrShutdown)
 	}
@@ -233,8 +249,30 @@ func (c *conn) connectFailed(err error) {
 // max_frags.
 func (c *conn) rejected(ev *rdmacm.Event) {
 	d := c.d
-	if ev.Status != int(mad.RejConsumerDefined) {
+	if !c.active {
+		// The active side refused our REP (a bad CONNACK, a stale QPN,
+		// or it gave up): nothing here to retry, it reconnects if it
+		// wants to.
+		c.connectFailed(fmt.Errorf("%w: REP rejected, CM reason %d: %v", lnd.ErrPeerDown, ev.Status, ev.Err))
+		return
+	}
+	switch ev.Status {
+	case int(mad.RejConsumerDefined):
+	case int(mad.RejStaleConn):
+		// The peer's CM still holds a connection with our QPN (we, or
+		// this device, restarted): it disconnects that one; retry
+		// (kiblnd_rejected: IB_CM_REJ_STALE_CONN).
+		c.cmStale(ev)
+		return
+	default:
 		c.connectFailed(fmt.Errorf("%w: CM reject reason %d: %v", lnd.ErrPeerDown, ev.Status, ev.Err))
+		return
+	}
+	if isZero(ev.Conn.PrivateData) {
+		// A consumer reject without a kib_rej (an RDMA CM refusing
+		// before o2iblnd saw the request, a destroyed listener): a plain
+		// refusal, not a malformed message.
+		c.connectFailed(fmt.Errorf("%w: rejected without a kib_rej", lnd.ErrPeerDown))
 		return
 	}
 	rej, err := lnetwire.ParseKibRej(ev.Conn.PrivateData)
@@ -280,16 +318,48 @@ func (c *conn) rejected(ev *rdmacm.Event) {
 		}
 	}
 	if retry {
-		p.reconnect = true
-		p.reconnects++
-		d.stats.Reconnects.Add(1)
-		if p.reconnects > reconnHighRace {
-			p.retryAt = now.Add(time.Second)
-		}
+		d.planReconnectLocked(p, now)
 	}
 	d.mu.Unlock()
 	d.log.Debug("connection rejected", "peer", c.nid, "why", rej.Why, "retry", retry)
 	c.connectFailed(&RejectError{Rej: rej})
+}
+
+// planReconnectLocked makes p reconnect once its failed connection is
+// destroyed; past reconnHighRace consecutive tries it waits a second.
+// Called with d.mu held.
+func (d *Driver) planReconnectLocked(p *peer, now time.Time) {
+	p.reconnect = true
+	p.reconnects++
+	d.stats.Reconnects.Add(1)
+	if p.reconnects > reconnHighRace {
+		p.retryAt = now.Add(time.Second)
+	}
+}
+
+// cmStale ends an active attempt the CM found stale (REJ STALE_CONN
+// from the peer's CM, or our CM refusing a REP whose QPN an old
+// connection holds) and plans a reconnect: a new QP gets a new QPN, and
+// the CM takes the stale connection down meanwhile.
+func (c *conn) cmStale(ev *rdmacm.Event) {
+	d := c.d
+	d.stats.Stale.Add(1)
+	d.mu.Lock()
+	d.planReconnectLocked(c.peer, time.Now())
+	d.mu.Unlock()
+	d.log.Debug("stale connection (CM)", "peer", c.nid, "event", ev.Type, "status", ev.Status)
+	c.connectFailed(fmt.Errorf("%w: CM %v status %d: %w", lnd.ErrPeerDown, ev.Type, ev.Status, ErrStale))
+}
+
+// isZero reports whether b holds no byte but zero (REJ private data is
+// zero-padded on the wire).
+func isZero(b []byte) bool {
+	for _, x := range b {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // rejData is the kib_rej refusing a request for why: our version (V1

@@ -78,7 +78,8 @@ type Stats struct {
 	RejectsRecv          [16]atomic.Uint64
 	Races                atomic.Uint64
 	Reconnects           atomic.Uint64
-	Stale                atomic.Uint64
+	Stale                atomic.Uint64 // stale connections: kib_rej STALE, CM STALE_CONN, old incarnations
+	PeerReboots          atomic.Uint64 // connections established to a new incarnation of a peer
 	Malformed            atomic.Uint64 // bad kib_msgs (closed the connection)
 	CreditOverflow       atomic.Uint64
 	TxTimeouts           atomic.Uint64
@@ -168,6 +169,7 @@ type peer struct {
 	queueDepth  int    // to propose
 	maxFrags    int    // to propose
 	incarnation uint64 // last seen; 0 = unknown
+	lastStamp   uint64 // incarnation of the last established connection
 	conns       []*conn
 	connecting  int
 	accepting   int

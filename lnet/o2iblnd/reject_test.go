@@ -235,3 +235,47 @@ func TestActiveRetries(t *testing.T) {
 	putGet(t, c, d, 100<<10, 2, 2)
 	putGet(t, d, c, 1000, 3, 1)
 }
+
+// TestEmptyConsumerReject: a peer whose RDMA CM refuses the request with
+// a consumer-defined REJ and no kib_rej (zero private data) is a plain
+// refusal: the send fails with an error event, nothing is counted
+// malformed and no reconnect is planned.
+func TestEmptyConsumerReject(t *testing.T) {
+	r := newRawPeer(t)
+	x := newNode(t, o2iblnd.Config{})
+	ch := rdmacm.NewEventChannel()
+	t.Cleanup(func() { ch.Close() })
+	lis, err := r.m.CreateID(ch, nil, rdmacm.PSTCP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Destroy() })
+	if err := lis.BindAddr(netip.AddrPortFrom(r.addr, o2iblnd.DefaultService)); err != nil {
+		t.Fatal(err)
+	}
+	if err := lis.Listen(0); err != nil {
+		t.Fatal(err)
+	}
+	h, err := x.in.MDBind(lnet.MD{Start: make([]byte, 8), Threshold: 1, EQ: x.eq}, lnet.AutoUnlink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.in.Put(lnetwire.NIDAny, h, lnet.AckReqNo, lnetwire.ProcessID{NID: r.nid, PID: x.in.PID()}, e2ePortal, 1, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	ev := nextEvent(t, ch)
+	if ev.Type != rdmacm.EventConnectRequest {
+		t.Fatalf("listener: %v", ev.Type)
+	}
+	if err := ev.ID.Reject(nil); err != nil {
+		t.Fatal(err)
+	}
+	if e := poll(t, x); e.Type != lnet.EventSend || e.Status == nil {
+		t.Fatalf("PUT to a refusing peer: %v status %v", e.Type, e.Status)
+	}
+	st := x.drv().Stats()
+	if st.Malformed.Load() != 0 || st.ConnectFailures.Load() != 1 || st.Reconnects.Load() != 0 {
+		t.Errorf("malformed %d, connect failures %d, reconnects %d; want 0, 1, 0",
+			st.Malformed.Load(), st.ConnectFailures.Load(), st.Reconnects.Load())
+	}
+}

@@ -394,9 +394,12 @@ func readyWait(port int) string {
 	if port > 0 {
 		return fmt.Sprintf("wait_listen %d $pid", port)
 	}
-	// RDMA CM listeners show up in the rdma tool's cm_id table.
+	// RDMA CM listeners show up in the rdma tool's cm_id table, with the
+	// owner's pid: match this server's own listener, not one a previous
+	// case's server may still hold while it exits (a stale match let a
+	// client connect too early and get REJ "invalid service ID").
 	return `while kill -0 $pid 2>/dev/null; do
-	if rdma res show cm_id 2>/dev/null | grep -q LISTEN; then mark ready; break; fi
+	if rdma res show cm_id 2>/dev/null | grep LISTEN | grep -qw "pid $pid"; then mark ready; break; fi
 	nap 0.1
 done`
 }

@@ -285,6 +285,7 @@ pid=$!
 rc=$?
 wait $pid
 src=$?
+echo "--- client exit $rc, server exit $src"
 echo "--- server"; cat srv.out
 exit $((rc ? rc : src))
 `, server, readyWait(port), client)
@@ -327,7 +328,24 @@ func checkLoopbackWriteBW(ctx context.Context, e *env, c *caseRun) error {
 
 func checkLoopbackRping(ctx context.Context, e *env, c *caseRun) error {
 	ip := e.vm.GuestIP()
-	return loopback(ctx, e, c, "rping -s -a "+ip+" -C 5 -V", 0, "rping -c -a "+ip+" -C 5 -V -v")
+	err := loopback(ctx, e, c, "rping -s -a "+ip+" -C 5 -V", 0, "rping -c -a "+ip+" -C 5 -V -v")
+	if err != nil && rpingTeardownRace(c.log.String(), 5) {
+		c.logf("accepted: client verified all pings; the server hit rping's own teardown race")
+		return nil
+	}
+	return err
+}
+
+// rpingTeardownRace reports a guest-loopback rping run in which the client
+// verified all n pings and exited 0, and the server failed only because
+// its CM thread read the event channel after rping had destroyed it
+// ("rdma_get_cm_event: Bad file descriptor" after the DISCONNECT event): a
+// race inside rping itself, with no bearing on the RDMA stack.
+func rpingTeardownRace(log string, n int) bool {
+	return strings.Contains(log, "--- client exit 0, server exit ") &&
+		strings.Contains(log, "server DISCONNECT EVENT") &&
+		strings.Contains(log, "rdma_get_cm_event: Bad file descriptor") &&
+		strings.Contains(log, fmt.Sprintf("ping data: rdma-ping-%d:", n-1))
 }
 
 func checkLoopbackSendBWCM(ctx context.Context, e *env, c *caseRun) error {

@@ -347,7 +347,7 @@ func (c *conn) cmStale(ev *rdmacm.Event) {
 	d.mu.Lock()
 	d.planReconnectLocked(c.peer, time.Now())
 	d.mu.Unlock()
-	d.log.Debug("stale connection (CM)", "peer", c.nid, "event", ev.Type, "status", ev.Status)
+	d.log.Info("o2iblnd: stale connection, reconnecting", "peer", c.nid.String(), "event", ev.Type.String(), "status", ev.Status)
 	c.connectFailed(fmt.Errorf("%w: CM %v status %d: %w", lnd.ErrPeerDown, ev.Type, ev.Status, ErrStale))
 }
 

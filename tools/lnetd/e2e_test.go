@@ -113,7 +113,11 @@ func (n *procNode) start() {
 	t.Helper()
 	args := append(append([]string{}, n.prefix...), softibBin(t), "lnetd", "--config", n.config, "--socket", n.sock)
 	n.cmd = exec.Command(args[0], args[1:]...)
-	n.log = &syncBuf{}
+	// A restarted node keeps one log across its processes.
+	if n.log == nil {
+		n.log = &syncBuf{}
+	}
+	from := len(n.log.String())
 	n.cmd.Stderr = n.log
 	n.cmd.Stdout = n.log
 	if err := n.cmd.Start(); err != nil {
@@ -122,7 +126,7 @@ func (n *procNode) start() {
 	n.exited = make(chan struct{})
 	go func() { n.cmd.Wait(); close(n.exited) }()
 	deadline := time.Now().Add(hangGuard)
-	for !strings.Contains(n.log.String(), "lnetd: ready") {
+	for !strings.Contains(n.log.String()[from:], "lnetd: ready") {
 		select {
 		case <-n.exited:
 			t.Fatalf("%s: lnetd exited at start:\n%s", n.name, n.log)

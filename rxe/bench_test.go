@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -41,6 +42,51 @@ func pollSpin(tb testing.TB, cq verbs.CQ, wc []verbs.WC) {
 			return
 		}
 		<-cq.Channel().C()
+	}
+}
+
+// busySpin is how many empty polls pollBusy makes before it sleeps on
+// the completion channel.
+var busySpin = 1000
+
+// pollBusy waits for one completion by polling, the busy-poll style of
+// perftest and rdmautil.Waiter: in busy-poll mode each empty Poll
+// receives from the socket itself. After busySpin empty polls it arms
+// the CQ and sleeps, so that a peer whose thread the OS descheduled gets
+// the core back instead of waiting out our time slice.
+func pollBusy(tb testing.TB, cq verbs.CQ, wc []verbs.WC, stop <-chan struct{}) bool {
+	for i := 0; ; i++ {
+		n, err := cq.Poll(wc[:1])
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if n == 0 && i >= busySpin {
+			cq.ReqNotify(false)
+			if n, err = cq.Poll(wc[:1]); err != nil {
+				tb.Fatal(err)
+			}
+			if n == 0 {
+				select {
+				case <-cq.Channel().C():
+				case <-stop:
+					return false
+				}
+				i = 0
+				continue
+			}
+		}
+		if n == 1 {
+			if wc[0].Status != verbs.WCSuccess {
+				tb.Fatalf("completion %+v", wc[0])
+			}
+			return true
+		}
+		select {
+		case <-stop:
+			return false
+		default:
+		}
+		runtime.Gosched()
 	}
 }
 
@@ -124,12 +170,18 @@ func benchPingPong(b *testing.B, busy bool, typ verbs.QPType) {
 		defer close(done)
 		for {
 			for {
-				n, _ := y.cq.Poll(wcy)
-				if n == 0 {
-					y.cq.ReqNotify(false)
-					n, _ = y.cq.Poll(wcy)
+				if busy {
+					if !pollBusy(b, y.cq, wcy, stop) {
+						return
+					}
+					break
 				}
+				n, _ := y.cq.Poll(wcy)
 				if n == 1 {
+					break
+				}
+				y.cq.ReqNotify(false)
+				if n, _ = y.cq.Poll(wcy); n == 1 {
 					break
 				}
 				select {
@@ -142,19 +194,44 @@ func benchPingPong(b *testing.B, busy bool, typ verbs.QPType) {
 			y.qp.PostSend(sy)
 		}
 	}()
+	lat := make([]int64, b.N)
+	sx0, sy0 := rxe.SockStats(x.cq), rxe.SockStats(y.cq)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
 		if _, err := x.qp.PostSend(sx); err != nil {
 			b.Fatal(err)
 		}
-		pollSpin(b, x.cq, wcx)
+		if busy {
+			pollBusy(b, x.cq, wcx, nil)
+		} else {
+			pollSpin(b, x.cq, wcx)
+		}
 		x.qp.PostRecv(rx)
+		lat[i] = int64(time.Since(t0))
 	}
 	b.StopTimer()
 	close(stop)
 	<-done
+	reportLatency(b, lat)
+	sx1, sy1 := rxe.SockStats(x.cq), rxe.SockStats(y.cq)
+	for _, k := range []string{"TxSyscalls", "RxSyscalls"} {
+		b.ReportMetric(float64(sx1[k]-sx0[k]+sy1[k]-sy0[k])/float64(b.N)/2, k+"/hop")
+	}
+}
+
+// reportLatency reports the mean and median half round trip of the
+// per-iteration round-trip times in lat (ns). The median is the figure
+// to compare on a shared machine: it ignores the iterations another
+// process preempted.
+func reportLatency(b *testing.B, lat []int64) {
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/2, "µs/half-RTT")
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2])/2e3, "p50-µs/half-RTT")
+	b.ReportMetric(float64(lat[len(lat)*9/10])/2e3, "p90-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100])/2e3, "p99-µs")
+	b.ReportMetric(float64(lat[len(lat)*999/1000])/2e3, "p999-µs")
 }
 
 // BenchmarkRCSendPingPong measures 8-byte RC SEND ping-pong latency
@@ -190,13 +267,17 @@ func BenchmarkUDPPingPong(b *testing.B) {
 	}()
 	buf := make([]byte, 64)
 	dst := cb.LocalAddr().(*net.UDPAddr).AddrPort()
+	lat := make([]int64, b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
 		ca.WriteToUDPAddrPort(buf[:8], dst)
 		ca.ReadFromUDPAddrPort(buf)
+		lat[i] = int64(time.Since(t0))
 	}
-	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/2, "µs/half-RTT")
+	b.StopTimer()
+	reportLatency(b, lat)
 }
 
 // TestZeroAllocs checks that the steady-state data path (post, packets

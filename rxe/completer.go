@@ -286,6 +286,9 @@ func (q *QP) nextDeadline() int64 {
 	if r := q.req.rnrUntil; r != 0 && (dl == 0 || r < dl) {
 		dl = r
 	}
+	if r := q.respDue; r != 0 && (dl == 0 || r < dl) {
+		dl = r
+	}
 	return dl
 }
 
@@ -302,6 +305,7 @@ func (q *QP) completeSends() {
 			if w.status == verbs.WCSuccess {
 				wc.ByteLen = w.length
 			}
+			q.pushed = true
 			if q.sendCQ.push(&wc, false) {
 				q.woke = true
 			}

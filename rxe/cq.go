@@ -94,8 +94,18 @@ func (cq *CQ) grow(size int) {
 	cq.ring, cq.head = r, 0
 }
 
-// Poll moves up to len(wcs) completions into wcs.
+// Poll moves up to len(wcs) completions into wcs. In busy-poll mode a
+// Poll that finds the CQ empty first receives from the device socket
+// itself, if no other goroutine is (see busypoll.go).
 func (cq *CQ) Poll(wcs []verbs.WC) (int, error) {
+	n, err := cq.poll(wcs)
+	if n == 0 && err == nil && len(wcs) > 0 && cq.dev.sr != nil && cq.dev.pollRx() {
+		n, err = cq.poll(wcs)
+	}
+	return n, err
+}
+
+func (cq *CQ) poll(wcs []verbs.WC) (int, error) {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	if cq.dead {

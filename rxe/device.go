@@ -55,6 +55,7 @@ type Stats struct {
 	RemAccessNAK   stats.Counter // remote access error NAKs sent
 	InvReqNAK      stats.Counter // invalid request NAKs sent
 	RemOpNAK       stats.Counter // remote operational error NAKs sent
+	RxTruncated    stats.Counter // busy-poll reads: datagram larger than a packet buffer
 }
 
 // Device is an open Soft-RoCE device.
@@ -69,8 +70,16 @@ type Device struct {
 	keys  keyTable
 	pool  sync.Pool // *packet
 	// rxEncap caches the ICRC template of the last source (receive
-	// goroutine only).
+	// goroutine only, or in busy-poll mode the receive token holder).
 	rxEncap encapCache
+
+	// Busy-poll receive (busypoll.go); sr is nil when off. rxTok is the
+	// receive token, which guards rb; rxState is the receive
+	// goroutine's.
+	sr      pollSock
+	rxTok   sync.Mutex
+	rb      *rxBatch
+	rxState rxPollState
 	epoch   time.Time
 
 	qpTable atomic.Pointer[map[uint32]*QP]
@@ -151,6 +160,11 @@ func Open(cfg Config) (verbs.Device, error) {
 	d.gids[1] = verbs.GIDFromAddr(addr)
 	empty := map[uint32]*QP{}
 	d.qpTable.Store(&empty)
+	if c.BusyPoll {
+		if d.sr = newPollSock(conn, max(conn.BatchSize(), 1)); d.sr != nil {
+			d.rb = d.newRxBatch()
+		}
+	}
 	d.raise(verbs.AsyncEvent{Type: verbs.EventPortActive, Port: 1})
 	go d.rxLoop()
 	return d, nil
@@ -359,57 +373,106 @@ func (d *Device) lookupQP(qpn uint32) *QP {
 	return (*d.qpTable.Load())[qpn]
 }
 
-// rxLoop reads datagram batches and demultiplexes them to QPs.
+// rxBatch is a receive vector: datagram slots backed by pooled packets,
+// and the QPs the last batch touched.
+type rxBatch struct {
+	msgs     []udp.Message
+	pkts     []*packet
+	touched  []*QP
+	deferred []*QP // QPs with responses deferred by a poller (sendDefer)
+}
+
+func (d *Device) newRxBatch() *rxBatch {
+	bs := max(d.conn.BatchSize(), 1)
+	b := &rxBatch{msgs: make([]udp.Message, bs), pkts: make([]*packet, bs), touched: make([]*QP, 0, bs),
+		deferred: make([]*QP, 0, bs)}
+	for i := range b.msgs {
+		b.pkts[i] = d.getPacket()
+		b.msgs[i].Buf = b.pkts[i].buf[:]
+	}
+	return b
+}
+
+func (d *Device) freeRxBatch(b *rxBatch) {
+	for _, p := range b.pkts {
+		d.putPacket(p)
+	}
+}
+
+// rxLoop reads datagram batches and demultiplexes them to QPs. In
+// busy-poll mode on a socket that allows it, rxLoopPoll runs instead.
 func (d *Device) rxLoop() {
 	defer close(d.rxDone)
-	bs := max(d.conn.BatchSize(), 1)
-	msgs := make([]udp.Message, bs)
-	pkts := make([]*packet, bs)
-	for i := range msgs {
-		pkts[i] = d.getPacket()
-		msgs[i].Buf = pkts[i].buf[:]
+	if d.sr != nil {
+		d.rxLoopPoll()
+		return
 	}
-	touched := make([]*QP, 0, bs)
+	b := d.newRxBatch()
 	for {
-		n, err := d.conn.ReadBatch(msgs)
+		n, err := d.conn.ReadBatch(b.msgs)
 		if err != nil {
-			if !d.closed.Load() {
-				d.stats.LinkDowned.Inc()
-				d.raise(verbs.AsyncEvent{Type: verbs.EventPortErr, Port: 1})
-			}
-			for _, p := range pkts {
-				d.putPacket(p)
-			}
+			d.linkDown()
+			d.freeRxBatch(b)
 			return
 		}
-		touched = touched[:0]
-		for i := 0; i < n; i++ {
-			p := pkts[i]
-			p.n, p.addr = msgs[i].N, msgs[i].Addr
-			q := d.recv(p)
-			if q == nil {
-				continue
-			}
-			// The QP owns the buffer now; replace it.
-			pkts[i] = d.getPacket()
-			msgs[i].Buf = pkts[i].buf[:]
-			if len(touched) == 0 || touched[len(touched)-1] != q {
-				touched = append(touched, q)
-			}
+		d.queueBatch(b, n)
+		d.runBatch(b, n, sendYield)
+	}
+}
+
+// linkDown reports a receive failure that was not a Close.
+func (d *Device) linkDown() {
+	if !d.closed.Load() {
+		d.stats.LinkDowned.Inc()
+		d.raise(verbs.AsyncEvent{Type: verbs.EventPortErr, Port: 1})
+	}
+}
+
+// queueBatch runs the receive checks on the first n datagrams of b and
+// queues them on their QPs, recording the QPs in b.touched. The caller
+// is the only reader of the socket (the receive goroutine, or in
+// busy-poll mode the holder of the receive token), which keeps every
+// QP's packets in arrival order.
+func (d *Device) queueBatch(b *rxBatch, n int) {
+	b.touched = b.touched[:0]
+	for i := 0; i < n; i++ {
+		if b.msgs[i].N < 0 {
+			d.stats.RxTruncated.Inc()
+			continue
 		}
-		// A batch for one QP is processed here whatever its size: the
-		// QP loop could not run it in parallel with anything, and the
-		// hand-off would cost a goroutine switch per batch (measured: a
-		// 10-20% lower single-QP WRITE bandwidth).
-		inline := d.cfg.InlineRx >= 0 && (n <= d.cfg.InlineRx || len(touched) == 1)
-		for i, q := range touched {
-			if inline {
-				q.runInline()
-			} else {
-				q.kick()
-			}
-			touched[i] = nil
+		p := b.pkts[i]
+		p.n, p.addr = b.msgs[i].N, b.msgs[i].Addr
+		q := d.recv(p)
+		if q == nil {
+			continue
 		}
+		// The QP owns the buffer now; replace it.
+		b.pkts[i] = d.getPacket()
+		b.msgs[i].Buf = b.pkts[i].buf[:]
+		if len(b.touched) == 0 || b.touched[len(b.touched)-1] != q {
+			b.touched = append(b.touched, q)
+		}
+	}
+}
+
+// runBatch processes the QPs queueBatch touched, inline or through their
+// loops; mode is passed on to runInline. QPs that deferred responses are
+// added to b.deferred.
+func (d *Device) runBatch(b *rxBatch, n int, mode sendMode) {
+	// A batch for one QP is processed here whatever its size: the QP
+	// loop could not run it in parallel with anything, and the hand-off
+	// would cost a goroutine switch per batch (measured: a 10-20% lower
+	// single-QP WRITE bandwidth).
+	inline := d.cfg.InlineRx >= 0 && (n <= d.cfg.InlineRx || len(b.touched) == 1)
+	for i, q := range b.touched {
+		if inline {
+			if q.runInline(mode) {
+				b.deferred = append(b.deferred, q)
+			}
+		} else {
+			q.kick()
+		}
+		b.touched[i] = nil
 	}
 }
 

@@ -1,6 +1,10 @@
 package rxe
 
-import "softib/verbs"
+import (
+	"softib/internal/stats"
+	"softib/udp"
+	"softib/verbs"
+)
 
 // CQDeviceStats returns the counters of the device a CQ belongs to.
 func CQDeviceStats(cq verbs.CQ) map[string]uint64 { return cq.(*CQ).dev.Stats() }
@@ -13,4 +17,13 @@ func QPDebug(qp verbs.QP) map[string]any {
 	return map[string]any{"state": q.state, "req.psn": q.req.psn, "comp.psn": q.comp.psn, "resp.psn": q.resp.psn,
 		"sq.len": q.sq.len(), "pos": q.req.pos - q.sq.head, "timeoutAt": q.comp.timeoutAt, "now": q.dev.now(),
 		"retrying": q.comp.retrying, "rnrUntil": q.req.rnrUntil, "retryCnt": q.comp.retryCnt, "timerAt": q.timerAt}
+}
+
+// SockStats returns the udp socket counters of the device behind cq, or
+// nil when its Conn is not a *udp.Socket.
+func SockStats(cq verbs.CQ) map[string]uint64 {
+	if s, ok := cq.(*CQ).dev.conn.(*udp.Socket); ok {
+		return stats.Snapshot(&s.Stats)
+	}
+	return nil
 }

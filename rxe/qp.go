@@ -46,6 +46,8 @@ type QP struct {
 	reqTx    txLane        // requests (PSN order towards the peer's responder)
 	respTx   txLane        // ACKs, NAKs, READ/atomic responses (PSN order)
 	woke     bool          // this round's completions notified a channel
+	pushed   bool          // this round pushed a completion
+	respDue  int64         // deferred responses must go by then (0: none)
 	txMsgs   []udp.Message // sendBoth's vector (both lane mutexes held)
 	encap    encapCache
 	drainC   *sync.Cond // signalled when queues may have emptied
@@ -479,7 +481,7 @@ func (q *QP) destroy() bool {
 	}
 	q.dead = true
 	q.drainC.Broadcast()
-	q.unlockAndSend(false)
+	q.unlockAndSend(sendNow)
 	q.dev.removeQP(q)
 	close(q.done)
 	q.pd.users.Add(-1)
@@ -511,37 +513,67 @@ func (q *QP) kick() {
 	}
 }
 
+// sendMode tells unlockAndSend what to do with the response lane.
+type sendMode uint8
+
+const (
+	// sendNow sends both lanes.
+	sendNow sendMode = iota
+	// sendYield (the receive goroutine and the run loop): a round whose
+	// completions woke a channel reader gives that reader the CPU before
+	// sending its responses.
+	sendYield
+	// sendDefer (a busy-poll CQ poller, busypoll.go): a round that pushed
+	// a completion keeps its responses queued for the poller's next post
+	// on the QP, its next empty Poll or, at the latest, respDeferMax.
+	sendDefer
+)
+
 // runInline processes the QP on the calling goroutine if nobody else is,
-// and otherwise leaves the work to the holder and the loop.
-func (q *QP) runInline() {
+// and otherwise leaves the work to the holder and the loop. It reports
+// whether it left responses deferred (only with sendDefer).
+func (q *QP) runInline(mode sendMode) bool {
 	if !q.mu.TryLock() {
 		q.kick()
-		return
+		return false
 	}
 	more := q.process()
-	q.unlockAndSend(true)
+	deferred := q.unlockAndSend(mode)
 	if more {
 		q.kick()
 	}
+	return deferred
 }
 
 // unlockAndSend releases mu and then sends the packets the round queued
 // (mu held on entry), both lanes in one WriteBatch when both have some.
+// It reports whether it left the response lane queued (sendDefer).
 //
-// With yield (set by the receive goroutine and the run loop), a round
-// whose completions woke a channel reader gives that reader the CPU
-// before sending its responses. The Go scheduler runs a goroutine readied
-// by a channel send only when the readier blocks (or after a steal
-// delay), so otherwise the application would wait for the ACK's sendmmsg
-// and the next empty recvmmsg: measured, a median 7 µs per message. The
-// responses stay queued meanwhile: if the woken application posts (the
-// reply of a ping-pong), its round sends them in the same sendmmsg as its
-// request, and the peer receives both in one recvmmsg; otherwise they go
-// out when this goroutine runs again. An ACK only retires the peer's
-// WQEs, so it is off the critical path either way.
-func (q *QP) unlockAndSend(yield bool) {
-	if yield && q.woke {
-		q.woke = false
+// With sendYield, a round whose completions woke a channel reader gives
+// that reader the CPU before sending its responses. The Go scheduler
+// runs a goroutine readied by a channel send only when the readier
+// blocks (or after a steal delay), so otherwise the application would
+// wait for the ACK's sendmmsg and the next empty recvmmsg: measured, a
+// median 7 µs per message. The responses stay queued meanwhile: if the
+// woken application posts (the reply of a ping-pong), its round sends
+// them in the same sendmmsg as its request, and the peer receives both in
+// one recvmmsg; otherwise they go out when this goroutine runs again. An
+// ACK only retires the peer's WQEs, so it is off the critical path either
+// way. sendDefer is the same bet for a busy poller, which is the
+// application itself: it returns to the application at once, and the
+// responses wait for its post (see sendMode).
+func (q *QP) unlockAndSend(mode sendMode) bool {
+	pushed, woke := q.pushed, q.woke
+	q.pushed, q.woke = false, false
+	if mode == sendDefer && pushed && len(q.respTx.cur.pkts) > 0 && q.deferResp() {
+		req := q.reqTx.take()
+		q.mu.Unlock()
+		if req {
+			q.reqTx.send(q)
+		}
+		return true
+	}
+	if mode == sendYield && woke {
 		req, resp := q.reqTx.take(), len(q.respTx.cur.pkts) > 0
 		q.mu.Unlock()
 		if req {
@@ -550,12 +582,14 @@ func (q *QP) unlockAndSend(yield bool) {
 		runtime.Gosched()
 		if resp {
 			q.mu.Lock()
-			q.unlockAndSend(false)
+			q.unlockAndSend(sendNow)
 		}
-		return
+		return false
 	}
-	q.woke = false
 	req, resp := q.reqTx.take(), q.respTx.take()
+	if resp {
+		q.respDue = 0
+	}
 	q.mu.Unlock()
 	switch {
 	case req && resp:
@@ -565,6 +599,31 @@ func (q *QP) unlockAndSend(yield bool) {
 	case resp:
 		q.respTx.send(q)
 	}
+	return false
+}
+
+// deferResp starts or continues a response deferral (mu held) and
+// reports false when the deferral is overdue. A fresh one arms the timer
+// for respDeferMax, so that responses never wait for an application that
+// stopped polling.
+func (q *QP) deferResp() bool {
+	now := q.dev.now()
+	if q.respDue == 0 {
+		q.respDue = now + respDeferMax
+		q.armTimer(now)
+		return true
+	}
+	return now < q.respDue
+}
+
+// flushDeferred sends the responses a poller deferred, if still queued.
+func (q *QP) flushDeferred() {
+	q.mu.Lock()
+	if q.respDue == 0 {
+		q.mu.Unlock()
+		return
+	}
+	q.unlockAndSend(sendNow)
 }
 
 // sendBoth sends what both lanes took in one WriteBatch, responses first.
@@ -602,7 +661,7 @@ func (q *QP) loop() {
 			continue
 		}
 		more := q.process()
-		q.unlockAndSend(true)
+		q.unlockAndSend(sendYield)
 		if more {
 			q.kick()
 		}
@@ -727,7 +786,7 @@ func (q *QP) afterPost() {
 		return
 	}
 	more := q.process()
-	q.unlockAndSend(false)
+	q.unlockAndSend(sendNow)
 	if more {
 		q.kick()
 	}

@@ -95,6 +95,7 @@ func (q *QP) completeRecv(wc *verbs.WC, solicited bool) {
 	wc.WRID = q.resp.rwqe.id
 	wc.QPN = q.qpn
 	q.resp.haveRWQE = false
+	q.pushed = true
 	if q.recvCQ.push(wc, solicited) {
 		q.woke = true
 	}

@@ -104,6 +104,10 @@ const (
 	// procBudget bounds the packets one processing round generates before
 	// it yields (and re-kicks itself).
 	procBudget = 256
+	// respDeferMax bounds how long a busy poller's round may keep its
+	// responses queued for the application's next post (sendDefer);
+	// normally the next post or empty Poll sends them much sooner.
+	respDeferMax = int64(100 * time.Microsecond)
 	// eventQueueLen is the async event channel capacity.
 	eventQueueLen = 256
 )

@@ -1,0 +1,126 @@
+package rxe
+
+import "softib/udp"
+
+// Busy-poll receive. With DeviceConfig.BusyPoll on a socket that allows
+// non-blocking reads (pollSock; Linux *udp.Socket without GRO), reading
+// the socket is a token: the holder of Device.rxTok is the only reader,
+// owns Device.rb and the ICRC cache, and processes what it read before
+// letting go. The token is taken by
+//
+//   - a CQ poller whose CQ is empty (CQ.Poll → pollRx): it reads one
+//     batch without blocking and runs the QPs inline, so the completion
+//     it is waiting for is pushed by its own goroutine, with no wakeup
+//     of another goroutine and no scheduler hand-off in between;
+//   - the receive goroutine (rxLoopPoll), which parks in the netpoller
+//     while the socket is empty, so that a device nobody polls still
+//     makes progress at normal (not busy) latency.
+//
+// Neither spins inside rxe: an application that wants busy polling
+// calls Poll in a loop (yielding with runtime.Gosched between empty
+// rounds), and TryLock makes every poller but one return at once, so a
+// device has one socket spinner at most.
+
+// pollSock is the non-blocking socket access busy-poll mode needs.
+type pollSock interface {
+	// tryRead receives into msgs without blocking; 0 when no datagram
+	// is queued.
+	tryRead(msgs []udp.Message) (int, error)
+	// wait calls ready from a netpoller callback until it returns true,
+	// parking while the socket is not readable in between. ready reads
+	// with readNow, and returning false is only allowed after readNow
+	// found the socket empty (the netpoller is edge-triggered: the
+	// readiness of data queued before that read is not signalled).
+	wait(ready func() bool) error
+	// readNow is tryRead for use inside wait's callback.
+	readNow(msgs []udp.Message) (int, error)
+}
+
+// rxPollState is the receive goroutine's state across wait callbacks.
+type rxPollState struct {
+	got   int   // datagrams the callback read (token held)
+	taken bool  // the callback found the token taken by a poller
+	err   error // read error (token held)
+}
+
+// rxLoopPoll is the receive goroutine in busy-poll mode.
+func (d *Device) rxLoopPoll() {
+	st := &d.rxState
+	ready := d.rxReady // one method value: no allocation per wait
+	for {
+		st.got, st.taken, st.err = 0, false, nil
+		if err := d.sr.wait(ready); err != nil {
+			d.linkDown()
+			return
+		}
+		if st.taken {
+			// A poller has the token: take it after the poller and
+			// read what it may have left, since the edge that woke us
+			// is spent.
+			d.rxTok.Lock()
+			st.got, st.err = d.sr.tryRead(d.rb.msgs)
+		}
+		// The token is held here.
+		if st.err != nil {
+			d.rxTok.Unlock()
+			d.linkDown()
+			return
+		}
+		d.flushDeferred()
+		if st.got > 0 {
+			d.queueBatch(d.rb, st.got)
+			d.runBatch(d.rb, st.got, sendYield)
+		}
+		d.rxTok.Unlock()
+	}
+}
+
+// rxReady is the receive goroutine's wait callback: with the token it
+// reads without blocking and keeps the token if it got datagrams (or an
+// error); an empty socket gives the token back and parks.
+func (d *Device) rxReady() bool {
+	st := &d.rxState
+	if !d.rxTok.TryLock() {
+		st.taken = true
+		return true
+	}
+	n, err := d.sr.readNow(d.rb.msgs)
+	if err != nil {
+		st.err = err
+		return true
+	}
+	if n == 0 {
+		d.rxTok.Unlock()
+		return false
+	}
+	st.got = n
+	return true
+}
+
+// pollRx is a CQ poller's receive step (see above). It reports whether
+// it received anything.
+func (d *Device) pollRx() bool {
+	if !d.rxTok.TryLock() {
+		return false
+	}
+	d.flushDeferred()
+	// Errors are left to the receive goroutine, which reports them.
+	n, _ := d.sr.tryRead(d.rb.msgs)
+	if n > 0 {
+		d.queueBatch(d.rb, n)
+		d.runBatch(d.rb, n, sendDefer)
+	}
+	d.rxTok.Unlock()
+	return n > 0
+}
+
+// flushDeferred sends what earlier pollers' rounds deferred and the
+// application did not take with a post since (token held).
+func (d *Device) flushDeferred() {
+	b := d.rb
+	for i, q := range b.deferred {
+		q.flushDeferred()
+		b.deferred[i] = nil
+	}
+	b.deferred = b.deferred[:0]
+}

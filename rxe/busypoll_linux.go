@@ -1,0 +1,183 @@
+//go:build linux
+
+package rxe
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"softib/udp"
+)
+
+// sockReader reads a *udp.Socket's file descriptor directly with
+// non-blocking recvmmsg, for busy-poll mode. udp.Conn has no
+// non-blocking read; this is the minimal local one, and it only serves
+// sockets without GRO (datagrams are received straight into the
+// caller's buffers, one per message). Its state is guarded by the
+// device's receive token.
+//
+// The reads run inside RawConn.Control (tryRead) or RawConn.Read (wait):
+// Control does not take the descriptor's read lock, so a poller can read
+// while the receive goroutine is parked in Read.
+type sockReader struct {
+	rc    syscall.RawConn
+	hdrs  []unix.Mmsghdr
+	iovs  []unix.Iovec
+	names []unix.RawSockaddrInet6
+
+	fd    uintptr // descriptor inside the current callback
+	vlen  int
+	n     int
+	errno syscall.Errno
+	ready func() bool
+
+	ctlFn  func(fd uintptr)      // method values made once: passing
+	waitFn func(fd uintptr) bool // them to RawConn does not allocate
+}
+
+// newPollSock returns a sockReader for c, or nil when c is not a Linux
+// *udp.Socket without GRO.
+func newPollSock(c udp.Conn, batch int) pollSock {
+	s, ok := c.(*udp.Socket)
+	if !ok {
+		return nil
+	}
+	if _, gro := s.Offloads(); gro {
+		return nil
+	}
+	rc, err := s.UDPConn().SyscallConn()
+	if err != nil {
+		return nil
+	}
+	r := &sockReader{
+		rc:    rc,
+		hdrs:  make([]unix.Mmsghdr, batch),
+		iovs:  make([]unix.Iovec, batch),
+		names: make([]unix.RawSockaddrInet6, batch),
+	}
+	r.ctlFn = r.control
+	r.waitFn = r.waitCallback
+	return r
+}
+
+func (r *sockReader) control(fd uintptr) { r.syscall(fd) }
+
+func (r *sockReader) waitCallback(fd uintptr) bool {
+	r.fd = fd
+	return r.ready()
+}
+
+func (r *sockReader) tryRead(msgs []udp.Message) (int, error) {
+	r.prepare(msgs)
+	if err := r.rc.Control(r.ctlFn); err != nil {
+		r.clear()
+		return 0, err
+	}
+	return r.finish(msgs)
+}
+
+func (r *sockReader) wait(ready func() bool) error {
+	r.ready = ready
+	err := r.rc.Read(r.waitFn)
+	r.ready = nil
+	return err
+}
+
+func (r *sockReader) readNow(msgs []udp.Message) (int, error) {
+	r.prepare(msgs)
+	r.syscall(r.fd)
+	return r.finish(msgs)
+}
+
+// prepare points the recvmmsg vector at msgs' buffers.
+func (r *sockReader) prepare(msgs []udp.Message) {
+	r.vlen = min(len(msgs), len(r.hdrs))
+	for i := range r.vlen {
+		b := msgs[i].Buf
+		iov := &r.iovs[i]
+		iov.Base = unsafe.SliceData(b)
+		iov.SetLen(cap(b))
+		h := &r.hdrs[i].Hdr
+		h.Name = (*byte)(unsafe.Pointer(&r.names[i]))
+		h.Namelen = unix.SizeofSockaddrInet6
+		h.Iov = iov
+		h.SetIovlen(1)
+		h.Control = nil
+		h.SetControllen(0)
+		h.Flags = 0
+	}
+	r.n, r.errno = 0, 0
+}
+
+func (r *sockReader) syscall(fd uintptr) {
+	for {
+		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])),
+			uintptr(r.vlen), unix.MSG_DONTWAIT, 0, 0)
+		if e == unix.EINTR {
+			continue
+		}
+		r.n, r.errno = int(n), e
+		return
+	}
+}
+
+// finish fills in N and Addr of the received datagrams. A datagram
+// longer than its buffer gets N = -1 (queueBatch drops and counts it),
+// so that every datagram stays in the slot the kernel filled.
+func (r *sockReader) finish(msgs []udp.Message) (int, error) {
+	r.clear()
+	switch r.errno {
+	case 0:
+	case unix.EAGAIN:
+		return 0, nil
+	default:
+		return 0, os.NewSyscallError("recvmmsg", r.errno)
+	}
+	for i := range r.n {
+		h := &r.hdrs[i]
+		if h.Hdr.Flags&unix.MSG_TRUNC != 0 {
+			msgs[i].N = -1
+		} else {
+			msgs[i].N = int(h.Len)
+		}
+		msgs[i].Addr = sockaddrAddr(&r.names[i])
+	}
+	return r.n, nil
+}
+
+// clear drops the references to the callers' buffers.
+func (r *sockReader) clear() {
+	for i := range r.vlen {
+		r.iovs[i].Base = nil
+	}
+}
+
+// sockaddrAddr decodes a sockaddr_in or sockaddr_in6 the kernel filled.
+func sockaddrAddr(sa *unix.RawSockaddrInet6) netip.AddrPort {
+	p := (*[2]byte)(unsafe.Pointer(&sa.Port))
+	port := uint16(p[0])<<8 | uint16(p[1])
+	switch sa.Family {
+	case unix.AF_INET:
+		sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		return netip.AddrPortFrom(netip.AddrFrom4(sa4.Addr), port)
+	case unix.AF_INET6:
+		ip := netip.AddrFrom16(sa.Addr)
+		if sa.Scope_id != 0 {
+			// Link-local sources only: the allocation is off the
+			// loopback data path. Same zone names as udp gives.
+			if ifi, err := net.InterfaceByIndex(int(sa.Scope_id)); err == nil {
+				ip = ip.WithZone(ifi.Name)
+			} else {
+				ip = ip.WithZone(fmt.Sprint(sa.Scope_id))
+			}
+		}
+		return netip.AddrPortFrom(ip, port)
+	}
+	return netip.AddrPort{}
+}

@@ -16,7 +16,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 cache=${INTEROP_CACHE:-/var/tmp/softib-interop}
 suite=bookworm
 # Guest packages (see interop/README.md for why each is here).
-pkgs="linux-image-amd64 initramfs-tools kmod iproute2 procps rdma-core ibverbs-utils rdmacm-utils perftest infiniband-diags ibverbs-providers"
+pkgs="linux-image-amd64 initramfs-tools kmod iproute2 procps rdma-core ibverbs-utils rdmacm-utils perftest infiniband-diags ibverbs-providers python3-pyverbs"
 
 # Bump when the base build steps below change.
 base_version=1

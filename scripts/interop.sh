@@ -89,13 +89,14 @@ suite_pid=
 
 # Go tests that boot their own guest: the RDMA CM against the kernel's
 # rdma_cm (rdma_server/rdma_client, ucmatose, udaddy), and the rping and
-# perftest -R tools against the real ones. They run only when
+# perftest -R tools against the real ones, and o2iblnd against a minimal
+# o2iblnd peer on the guest's librdmacm (pyverbs). They run only when
 # SOFTIB_INTEROP_IMAGE is set, which is why the unit-test run passes over
 # them.
 if [ -z "${INTEROP_CASES:-}" ]; then
 	echo "== interop: Go kernel-interop tests"
 	set +e
-	go test -count=1 -timeout 20m -run 'Interop' ./rdmacm/ ./tools/rping/ ./tools/perftestcm/ 2>&1 |
+	go test -count=1 -timeout 20m -run 'Interop' ./rdmacm/ ./tools/rping/ ./tools/perftestcm/ ./lnet/o2iblnd/ 2>&1 |
 		tee "$art/go-interop.log" | grep -E '^(ok|FAIL|---|panic)'
 	grc=${PIPESTATUS[0]}
 	set -e

@@ -57,6 +57,17 @@ var guestPlan = []guestOp{
 // rounds overrun the queue depth of 8 unless the guest returns credits.
 const guestRounds = 3
 
+// The burst: small PUTs without an ACK request issued back to back, three
+// queue depths' worth. Only the guest's NOOPs return the send credits
+// they use up, and the guest (peer_credits_hiw Q-1) sends one only when it
+// owes Q-1 credits, so softib runs out of credits, must wait, and must
+// resume on the NOOP.
+const (
+	guestBurst     = 3 * o2iblnd.DefaultPeerCredits
+	guestBurstSize = 300
+	guestBurstBits = 0x200
+)
+
 // guestSummary is the guest script's JSON result line.
 type guestSummary struct {
 	OK          bool           `json:"ok"`
@@ -140,8 +151,9 @@ func TestGuestInteropO2ib(t *testing.T) {
 	const guestLimit = 240 * time.Second
 	job, err := v.Go("o2ibpeer", strings.Join([]string{
 		vmtest.CountersScript("cnt0"),
-		fmt.Sprintf(`python3 "$JOB_DIR/o2ibpeer.py" --ready-file "$JOB_DIR/$JOB_ID.ready" --local %s --peer %s --cksum --require-cksum --ops %s --rounds %d --deadline %d`,
-			guest, host, strings.Join(ops, ","), guestRounds, int(guestLimit.Seconds())-20),
+		fmt.Sprintf(`python3 "$JOB_DIR/o2ibpeer.py" --ready-file "$JOB_DIR/$JOB_ID.ready" --local %s --peer %s --cksum --require-cksum --ops %s --rounds %d --burst %d:%d:%#x --hiw %d --deadline %d`,
+			guest, host, strings.Join(ops, ","), guestRounds, guestBurst, guestBurstSize, guestBurstBits,
+			o2iblnd.DefaultPeerCredits-1, int(guestLimit.Seconds())-20),
 		"rc=$?",
 		vmtest.CountersScript("cnt1"),
 		"exit $rc",
@@ -217,6 +229,22 @@ func TestGuestInteropO2ib(t *testing.T) {
 		}
 	}
 
+	for i := range guestBurst {
+		bits := uint64(guestBurstBits + i)
+		h, err := x.in.MDBind(lnet.MD{Start: guestPattern(guestBurstSize, byte(bits)), Threshold: 1, EQ: x.eq}, lnet.AutoUnlink)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := x.in.Put(lnetwire.NIDAny, h, lnet.AckReqNo, target, portal, bits, 0, 0); err != nil {
+			t.Fatalf("burst PUT %d: %v", i, err)
+		}
+	}
+	for i := range guestBurst {
+		if ev := wait(fmt.Sprintf("burst PUT %d", i)); ev.Type != lnet.EventSend || ev.Status != nil {
+			t.Fatalf("burst PUT %d: event %+v\n%s", i, ev, guestResult())
+		}
+	}
+
 	r, err := job.Wait(ctx)
 	if err != nil {
 		t.Fatalf("guest peer: %v", err)
@@ -235,7 +263,7 @@ func TestGuestInteropO2ib(t *testing.T) {
 	if r.Code != 0 || !sum.OK || len(sum.Violations) != 0 {
 		t.Fatalf("guest peer rc %d, violations %q\n%s", r.Code, sum.Violations, r.Stderr)
 	}
-	nops := len(guestPlan) * guestRounds
+	nops := len(guestPlan)*guestRounds + guestBurst
 	if sum.Ops != nops || sum.OpsDone != nops {
 		t.Errorf("guest completed %d of %d operations (plan %d)", sum.OpsDone, sum.Ops, nops)
 	}
@@ -262,6 +290,14 @@ func TestGuestInteropO2ib(t *testing.T) {
 	if sum.CreditsBack == 0 {
 		t.Errorf("softib returned no credits to the guest")
 	}
+	if sum.Tx["NOOP"] == 0 {
+		t.Errorf("the guest returned no credits by NOOP (tx %v)", sum.Tx)
+	}
+	if sum.MaxInUse < o2iblnd.DefaultPeerCredits-1 {
+		t.Errorf("softib had at most %d credits in use: the burst did not drain them", sum.MaxInUse)
+	}
+	t.Logf("credits: softib had up to %d of %d in use; the guest sent %d NOOPs, softib returned %d credits",
+		sum.MaxInUse, o2iblnd.DefaultPeerCredits, sum.Tx["NOOP"], sum.CreditsBack)
 
 	// softib's side of the same traffic.
 	st := x.drv().Stats()

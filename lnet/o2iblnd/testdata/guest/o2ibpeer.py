@@ -14,6 +14,9 @@ Plan: --ops is a comma-separated list of OP:SIZE:MATCHBITS, repeated
   get  the host GETs SIZE bytes: GET_REQ (we RDMA WRITE the pattern and send
        GET_DONE) or, when small, an IMMEDIATE GET answered by an IMMEDIATE
        REPLY
+--burst COUNT:SIZE:BITS then expects COUNT small PUTs without an ACK
+request, sent back to back (match bits BITS, BITS+1, ...): they exhaust the
+host's send credits, which come back only in our NOOPs.
 Output: one JSON line with everything checked; exit status 0 only when the
 plan completed without a single violation.
 """
@@ -96,6 +99,9 @@ class Peer:
             for op in a.ops.split(","):
                 kind, size, bits = op.split(":")
                 self.plan.append((kind, int(size, 0), int(bits, 0)))
+        if a.burst:
+            count, size, bits = (int(x, 0) for x in a.burst.split(":"))
+            self.plan += [("putnoack", size, bits + i) for i in range(count)]
         self.done_ops = 0
         self.rdma_verified = 0
         self.imm_verified = 0
@@ -192,7 +198,8 @@ class Peer:
                         "byteorder": "LE" if o == "<" else "BE"}
         self.peer_stamp, self.q = sstamp, qd
         self.send_credits = self.peer_credits = qd
-        self.hiw = max(1, min(qd // 2, qd - 1))
+        # peer_credits_hiw: Q/2 by default, at most Q-1.
+        self.hiw = max(1, min(a.hiw or qd // 2, qd - 1))
 
         cid = CMID(ev, listen_id=lid)
         self.pd, ctx = lid.pd, lid.context
@@ -277,11 +284,12 @@ class Peer:
 
     # --- protocol -------------------------------------------------------
 
-    def next_op(self, kind):
+    def next_op(self, *kinds):
+        kind = kinds[0]
         if self.done_ops >= len(self.plan):
             self.fail("unexpected %s beyond the plan of %d operations" % (kind, len(self.plan)))
         op = self.plan[self.done_ops]
-        if op[0] != kind:
+        if op[0] not in kinds:
             self.fail("operation %d: host sent a %s, plan says %s" % (self.done_ops, kind, op[0]))
         return op
 
@@ -304,14 +312,17 @@ class Peer:
     def lnet_hdr_bytes_ack(self, h, bits, mlen):
         return self.lnet_reply_hdr(h, LNET_ACK, 0, h["wmd"], struct.pack("<QI", bits, mlen))
 
-    def check_put(self, b, h, size, bits):
+    def check_put(self, b, h, size, bits, ack=True):
         mbits, _hdr_data, ptl, off = struct.unpack_from("<QQII", b, HDR + 48)
         self.check(h["type"] == LNET_PUT, "lnet_type", "lnet type %d, want PUT" % h["type"])
         self.check(h["plen"] == size, "lnet_len", "PUT payload_length %d, want %d" % (h["plen"], size))
         self.check(mbits == bits, "match_bits", "PUT match bits 0x%x, want 0x%x" % (mbits, bits))
         self.check(ptl == self.a.portal, "portal", "PUT portal %d, want %d" % (ptl, self.a.portal))
         self.check(off == 0, "offset", "PUT offset %d" % off)
-        self.check(h["wmd"] != b"\xff" * 16, "ack_wmd", "PUT without an ACK request")
+        if ack:
+            self.check(h["wmd"] != b"\xff" * 16, "ack_wmd", "PUT without an ACK request")
+        else:
+            self.check(h["wmd"] == b"\xff" * 16, "ack_wmd", "PUT with an unexpected ACK request")
 
     def check_get(self, b, h, size, bits):
         mbits, ptl, soff, slen = struct.unpack_from("<QIII", b, HDR + 48)
@@ -363,14 +374,15 @@ class Peer:
     def on_immediate(self, b, o, nob):
         h = self.lnet_hdr(b, o)
         if h["type"] == LNET_PUT:
-            kind, size, bits = self.next_op("put")
+            kind, size, bits = self.next_op("put", "putnoack")
             self.check(size <= MSG_SIZE - 120, "imm_size", "PUT of %d bytes sent as IMMEDIATE" % size)
-            self.check_put(b, h, size, bits)
+            self.check_put(b, h, size, bits, kind == "put")
             self.check(nob == 120 + size, "nob", "IMMEDIATE nob %d for a %d-byte PUT" % (nob, size))
             self.check(bytes(b[120:120 + size]) == pattern(size, bits & 0xFF), "payload",
                        "IMMEDIATE PUT payload differs (bits 0x%x)" % bits)
             self.imm_verified += size
-            self.send_ack(h, bits, size)
+            if kind == "put":
+                self.send_ack(h, bits, size)
         elif h["type"] == LNET_GET:
             kind, size, bits = self.next_op("get")
             self.check(size <= MSG_SIZE - 120, "imm_size", "GET of %d bytes sent as IMMEDIATE" % size)
@@ -462,7 +474,7 @@ class Peer:
                 "rx": dict(self.rx), "tx": dict(self.tx), "checks": dict(self.checks),
                 "imm_bytes_verified": self.imm_verified, "rdma_bytes_verified": self.rdma_verified,
                 "rdma_bytes_written": self.bytes_written, "credits_returned_by_host": self.credits_rx,
-                "noops_rx": self.noops_rx, "max_host_credits_in_use": self.max_peer_credits_used,
+                "noops_rx": self.noops_rx, "hiw": self.hiw, "max_host_credits_in_use": self.max_peer_credits_used,
                 "violations": self.violations}
 
 
@@ -475,6 +487,8 @@ def main():
     ap.add_argument("--portal", type=int, default=51)
     ap.add_argument("--ops", default="put:500:0x101,put:1048576:0x102,get:1048576:0x103,get:500:0x104")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--burst", default="", help="COUNT:SIZE:BITS of back-to-back PUTs without ACK, after the rounds")
+    ap.add_argument("--hiw", type=int, default=0, help="credits owed before a NOOP returns them (0: Q/2)")
     ap.add_argument("--cksum", action="store_true", help="checksum the messages we send")
     ap.add_argument("--require-cksum", action="store_true", help="every received message must carry a checksum")
     ap.add_argument("--deadline", type=float, default=120)

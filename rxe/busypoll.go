@@ -107,6 +107,7 @@ func (d *Device) pollRx() bool {
 	// Errors are left to the receive goroutine, which reports them.
 	n, _ := d.sr.tryRead(d.rb.msgs)
 	if n > 0 {
+		d.stats.PollRxBatches.Inc()
 		d.queueBatch(d.rb, n)
 		d.runBatch(d.rb, n, sendDefer)
 	}

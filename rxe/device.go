@@ -56,6 +56,9 @@ type Stats struct {
 	InvReqNAK      stats.Counter // invalid request NAKs sent
 	RemOpNAK       stats.Counter // remote operational error NAKs sent
 	RxTruncated    stats.Counter // busy-poll reads: datagram larger than a packet buffer
+
+	PollRxBatches stats.Counter // busy-poll: datagram batches a CQ poller received itself
+	RespDeferred  stats.Counter // busy-poll: rounds that left responses for the poller's post
 }
 
 // Device is an open Soft-RoCE device.

@@ -44,6 +44,17 @@ type end struct {
 	qp  verbs.QP
 	mr  verbs.MR
 	buf []byte
+
+	ticker *time.Ticker // hang-guard tick for blocking waits (guard)
+}
+
+// guard returns a 1 s ticker, made once per end so that waits that use
+// it as a hang guard do not allocate.
+func (e *end) guard() *time.Ticker {
+	if e.ticker == nil {
+		e.ticker = time.NewTicker(time.Second)
+	}
+	return e.ticker
 }
 
 func newEnd(t testing.TB, d *rxe.Device, typ verbs.QPType, bufSize int) *end {

@@ -587,9 +587,7 @@ func (q *QP) unlockAndSend(mode sendMode) bool {
 		return false
 	}
 	req, resp := q.reqTx.take(), q.respTx.take()
-	if resp {
-		q.respDue = 0
-	}
+	q.respDue = 0 // nothing deferred is left queued
 	q.mu.Unlock()
 	switch {
 	case req && resp:
@@ -611,6 +609,7 @@ func (q *QP) deferResp() bool {
 	if q.respDue == 0 {
 		q.respDue = now + respDeferMax
 		q.armTimer(now)
+		q.dev.stats.RespDeferred.Inc()
 		return true
 	}
 	return now < q.respDue

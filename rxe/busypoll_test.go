@@ -1,0 +1,230 @@
+package rxe_test
+
+import (
+	"bytes"
+	"runtime"
+	"testing"
+	"time"
+
+	"softib/rxe"
+	"softib/verbs"
+)
+
+// busyPair connects an RC pair of busy-poll devices over loopback UDP.
+// The ACK timeout is 4.3 s (20), so that a retransmission means a lost
+// ACK, not a loaded machine.
+func busyPair(t testing.TB, bufSize int) (x, y *end) {
+	cfg := rxe.Config{DeviceConfig: verbs.DeviceConfig{NetMTU: 9000, BusyPoll: true}}
+	return pair(t, verbs.QPTypeRC, cfg, connOpts{mtu: verbs.MTU4096, timeout: 20}, bufSize)
+}
+
+// spinWC waits for one completion on e's CQ the way a busy-polling
+// application does: it spins on Poll (yielding between empty polls),
+// and after 200 empty polls arms the CQ and sleeps on e's channel, as
+// rdmautil.Waiter does. (With GOMAXPROCS=1, as in AllocsPerRun, an
+// endless spin would leave the other device's receive goroutine to the
+// netpoller's 10 ms sysmon polls.) Hang guard: 20 s.
+func spinWC(t testing.TB, e *end, wc []verbs.WC) verbs.WC {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 0; ; i++ {
+		n, err := e.cq.Poll(wc[:1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 && i >= 200 {
+			e.cq.ReqNotify(false)
+			if n, err = e.cq.Poll(wc[:1]); err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				select {
+				case <-e.ch.C():
+				case <-e.guard().C:
+					if time.Now().After(deadline) {
+						t.Fatalf("no completion; stats %v", rxe.CQDeviceStats(e.cq))
+					}
+				}
+				continue
+			}
+		}
+		if n == 1 {
+			return wc[0]
+		}
+		runtime.Gosched()
+	}
+}
+
+func wantClean(t *testing.T, cq verbs.CQ) {
+	t.Helper()
+	st := rxe.CQDeviceStats(cq)
+	for _, k := range []string{"CompRetry", "OutOfSeqReq", "RcvSeqErr", "RxQueueFull", "RxTruncated", "LinkDowned"} {
+		if st[k] != 0 {
+			t.Errorf("%s = %d: %v", k, st[k], st)
+		}
+	}
+}
+
+// TestBusyPollPingPong runs SEND ping-pong between busy-poll devices with
+// both sides spinning on Poll: the polls receive from the sockets
+// themselves, the data arrives intact and in order, and nothing is
+// retransmitted.
+func TestBusyPollPingPong(t *testing.T) {
+	x, y := busyPair(t, 1<<16)
+	wcx, wcy := make([]verbs.WC, 1), make([]verbs.WC, 1)
+	const rounds = 1000
+	done := make(chan error, 1)
+	go func() {
+		for i := range rounds {
+			wc := spinWC(t, y, wcy)
+			if wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCRecv || wc.ByteLen != 64 {
+				done <- &wcError{wc}
+				return
+			}
+			y.sync()
+			if y.buf[0] != byte(i) || y.buf[63] != byte(i) {
+				done <- &dataError{i, y.buf[0]}
+				return
+			}
+			y.qp.PostRecv([]verbs.RecvWR{{ID: uint64(i + 1), SGL: []verbs.SGE{y.mr.SGE(0, 64)}}})
+			y.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRSend, Flags: verbs.SendInline, InlineData: y.buf[:64]}})
+		}
+		done <- nil
+	}()
+	postRecv(t, y, verbs.RecvWR{SGL: []verbs.SGE{y.mr.SGE(0, 64)}})
+	postRecv(t, x, verbs.RecvWR{SGL: []verbs.SGE{x.mr.SGE(4096, 64)}})
+	for i := range rounds {
+		for j := range 64 {
+			x.buf[j] = byte(i)
+		}
+		post(t, x, verbs.SendWR{ID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.SendInline, InlineData: x.buf[:64]})
+		wc := spinWC(t, x, wcx)
+		wantOK(t, wc, verbs.WCRecv)
+		x.sync()
+		if !bytes.Equal(x.buf[4096:4096+64], x.buf[:64]) {
+			t.Fatalf("round %d: echo %v", i, x.buf[4096:4096+64])
+		}
+		postRecv(t, x, verbs.RecvWR{SGL: []verbs.SGE{x.mr.SGE(4096, 64)}})
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []*end{x, y} {
+		wantClean(t, e.cq)
+		if st := rxe.CQDeviceStats(e.cq); st["PollRxBatches"] == 0 {
+			t.Errorf("no batch was received by a poller: %v", st)
+		}
+	}
+}
+
+type wcError struct{ wc verbs.WC }
+
+func (e *wcError) Error() string { return "unexpected completion" }
+
+type dataError struct {
+	round int
+	got   byte
+}
+
+func (e *dataError) Error() string { return "echo data mismatch" }
+
+// TestBusyPollDeferredAckFallback: a poller's round defers its ACK for the
+// application's next post, and here the application never calls rxe
+// again. The ACK must still go out (the QP timer sends it after
+// respDeferMax), so the sender's signaled completion arrives without a
+// retransmission (the ACK timeout is 4.3 s, far above respDeferMax).
+func TestBusyPollDeferredAckFallback(t *testing.T) {
+	x, y := busyPair(t, 1<<16)
+	wcy := make([]verbs.WC, 1)
+	// A poller can only defer what it receives itself; the receive
+	// goroutine may win the race for a datagram, so repeat until a
+	// deferral happened (usually at once: the poller spins first). The
+	// 4.3 s ACK timeout makes a retransmission, not the timer, the slow
+	// way out.
+	for i := 0; i < 50 && rxe.CQDeviceStats(y.cq)["RespDeferred"] == 0; i++ {
+		postRecv(t, y, verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{y.mr.SGE(0, 64)}})
+		got := make(chan verbs.WC, 1)
+		go func() { got <- spinWC(t, y, wcy) }()
+		post(t, x, verbs.SendWR{ID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled | verbs.SendInline, InlineData: []byte("deferred")})
+		wantOK(t, <-got, verbs.WCRecv)
+		// y's application stops here: no post, no poll.
+		wantOK(t, waitWC(t, x.cq, 1)[0], verbs.WCSend)
+	}
+	if rxe.CQDeviceStats(y.cq)["RespDeferred"] == 0 {
+		t.Fatal("no poller round deferred its ACK")
+	}
+	wantClean(t, x.cq)
+	wantClean(t, y.cq)
+}
+
+// TestBusyPollBulk moves WRITEs and READs of 256 KiB between busy-poll
+// devices while the application alternates between spinning on Poll and
+// sleeping on the completion channel, so that the receive token passes
+// between pollers and the receive goroutines: the data must arrive
+// intact, in order, without retransmissions.
+func TestBusyPollBulk(t *testing.T) {
+	const size = 256 << 10
+	x, y := busyPair(t, 4*size)
+	wcx := make([]verbs.WC, 1)
+	fill(x.buf[:size], 3)
+	fill(y.buf[2*size:3*size], 4)
+	x.sync()
+	y.sync()
+	for i := range 16 {
+		wr := verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{x.mr.SGE(0, size)}, RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}
+		if i%2 == 1 {
+			wr.Opcode = verbs.WRRDMARead
+			wr.SGL = []verbs.SGE{x.mr.SGE(size, size)}
+			wr.RemoteAddr = y.mr.Addr() + 2*size
+		}
+		post(t, x, wr)
+		var wc verbs.WC
+		if i%4 < 2 {
+			wc = spinWC(t, x, wcx)
+		} else {
+			wc = waitWC(t, x.cq, 1)[0]
+		}
+		if wc.Status != verbs.WCSuccess || wc.WRID != uint64(i) {
+			t.Fatalf("WR %d: %+v", i, wc)
+		}
+	}
+	x.sync()
+	y.sync()
+	if !bytes.Equal(y.buf[:size], x.buf[:size]) {
+		t.Fatal("WRITE data differs")
+	}
+	if !bytes.Equal(x.buf[size:2*size], y.buf[2*size:3*size]) {
+		t.Fatal("READ data differs")
+	}
+	wantClean(t, x.cq)
+	wantClean(t, y.cq)
+}
+
+// TestBusyPollZeroAllocs checks that the busy-poll data path (a spinning
+// poller receiving, deferring and flushing ACKs) allocates nothing.
+func TestBusyPollZeroAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under -race (sync.Pool drops items)")
+	}
+	x, y := busyPair(t, 1<<16)
+	wcx, wcy := make([]verbs.WC, 1), make([]verbs.WC, 1)
+	w := []verbs.SendWR{{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{x.mr.SGE(0, 16<<10)},
+		RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}}
+	s := []verbs.SendWR{{Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{x.mr.SGE(0, 100)}}}
+	r := []verbs.RecvWR{{SGL: []verbs.SGE{y.mr.SGE(0, 4096)}}}
+	round := func() {
+		x.qp.PostSend(w)
+		spinWC(t, x, wcx)
+		y.qp.PostRecv(r)
+		x.qp.PostSend(s)
+		spinWC(t, x, wcx)
+		spinWC(t, y, wcy)
+	}
+	for range 50 {
+		round()
+	}
+	if a := testing.AllocsPerRun(200, round); a != 0 {
+		t.Fatalf("%v allocations per WRITE+SEND round", a)
+	}
+}

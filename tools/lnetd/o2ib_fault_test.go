@@ -139,6 +139,9 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // RDMA), each verified by CRC at sender, receiver and after the GET.
 func TestE2EO2IBSizes(t *testing.T) {
 	testenv.RequireRoot(t)
+	// Parallel with the other multi-process o2ib tests: each has its own
+	// namespaces and processes, and most of the time is spent waiting.
+	t.Parallel()
 	testenv.RequireTool(t, "ip")
 	nw := netns.New(t, netns.Config{N: 2, NoIPv6: true})
 	nodes := nsNodes(t, nw, 16, 128, "")
@@ -158,6 +161,9 @@ func TestE2EO2IBSizes(t *testing.T) {
 // incarnation.
 func TestE2EO2IBPeerKilledAndRestarted(t *testing.T) {
 	testenv.RequireRoot(t)
+	// Parallel with the other multi-process o2ib tests: each has its own
+	// namespaces and processes, and most of the time is spent waiting.
+	t.Parallel()
 	testenv.RequireTool(t, "ip")
 	nw := netns.New(t, netns.Config{N: 2, NoIPv6: true})
 	nodes := nsNodes(t, nw, 16, 128, "              timeout: 10\n")
@@ -237,6 +243,9 @@ func TestE2EO2IBPeerKilledAndRestarted(t *testing.T) {
 // PUT reconnects (a stale REP at A's CM) with verified data.
 func TestE2EO2IBPeerRestartedWhileConnected(t *testing.T) {
 	testenv.RequireRoot(t)
+	// Parallel with the other multi-process o2ib tests: each has its own
+	// namespaces and processes, and most of the time is spent waiting.
+	t.Parallel()
 	testenv.RequireTool(t, "ip")
 	nw := netns.New(t, netns.Config{N: 2, NoIPv6: true})
 	nodes := nsNodes(t, nw, 16, 128, "              timeout: 10\n")
@@ -288,6 +297,9 @@ func TestE2EO2IBPeerRestartedWhileConnected(t *testing.T) {
 // deadlock).
 func TestE2EO2IBCreditExhaustion(t *testing.T) {
 	testenv.RequireRoot(t)
+	// Parallel with the other multi-process o2ib tests: each has its own
+	// namespaces and processes, and most of the time is spent waiting.
+	t.Parallel()
 	testenv.RequireTool(t, "ip")
 	nw := netns.New(t, netns.Config{N: 3, NoIPv6: true})
 	nodes := nsNodes(t, nw, 8, 64, "              concurrent_sends: 8\n")
@@ -297,7 +309,7 @@ func TestE2EO2IBCreditExhaustion(t *testing.T) {
 		{"brw", "read", "size=4K", "check=full"},
 	} {
 		args := append([]string{"lst", "quick", "--socket", a.sock, "--from", ib(a) + "," + ib(c), "--to", ib(b),
-			"--concurrency", "64", "--seconds", "3", "--delay", "1", "--json"}, test...)
+			"--concurrency", "64", "--seconds", "2", "--delay", "1", "--json"}, test...)
 		code, out, errs := run(t, args...)
 		var res selftest.QuickResult
 		if err := json.Unmarshal([]byte(out), &res); err != nil {

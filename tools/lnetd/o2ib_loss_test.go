@@ -19,6 +19,9 @@ import (
 // hang. Once the link heals, transfers succeed again.
 func TestE2EO2IBLoss(t *testing.T) {
 	testenv.RequireRoot(t)
+	// Parallel with the other multi-process o2ib tests: each has its own
+	// namespaces and processes, and most of the time is spent waiting.
+	t.Parallel()
 	r := netemu.New(t, netemu.Config{NoIPv6: true, Seed: 6})
 	var nodes []*procNode
 	for i, h := range []*netemu.Host{r.A, r.B} {

@@ -13,6 +13,8 @@
 //	completer.go  ACK/NAK/response packets → send completions, retransmit
 //	              and RNR timers, go-back-N
 //	qp.go         QP object, state machine, post/modify/flush, run loop
+//	busypoll.go   busy-poll mode: the receive token, CQ pollers reading
+//	              the socket (busypoll_linux.go: non-blocking recvmmsg)
 //	mr.go, cq.go  PD/MR/AH and CQ/SRQ
 //	icrc.go       ICRC, pseudo-GRH and UDP source port helpers
 //
@@ -31,6 +33,23 @@
 // round that woke a completion-channel reader yields to it before sending
 // its ACKs, so a ping-pong reply carries the ACK in the same sendmmsg.
 // Packet buffers come from a pool: the data path does not allocate.
+//
+// Busy-poll mode (DeviceConfig.BusyPoll, busypoll.go) turns reading the
+// socket into a token. A CQ Poll that finds its CQ empty takes the token
+// if it is free, reads one batch with a non-blocking recvmmsg and runs
+// the QPs inline, so the completion appears in the polling goroutine
+// itself: no wakeup, no scheduler hand-off. The round keeps its ACKs
+// queued for the poller's next post on the QP (its reply rides in the
+// same sendmmsg), its next empty Poll, or at the latest a 100 µs QP
+// deadline. The receive goroutine parks in the netpoller and takes the
+// token only when the socket is readable, so a device that nobody polls
+// works at normal latency. Nothing spins inside rxe: the application
+// spins by calling Poll (and should sleep on the completion channel
+// after a while: on a shared machine an endless spinner waits out the
+// time slices of whatever the OS runs instead of its peer). udp.Conn
+// has no non-blocking read, so busy-poll mode reads a Linux *udp.Socket
+// without GRO through its RawConn; other Conns keep the receive
+// goroutine, spinning in ReadBatch as udp.Config.BusyPoll does.
 //
 // Where softib differs from Linux rxe, and why:
 //   - Every packet leaves from the socket's bound UDP port: a udp.Conn has

@@ -3,8 +3,10 @@ package rxe_test
 import (
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -48,6 +50,12 @@ func pollSpin(tb testing.TB, cq verbs.CQ, wc []verbs.WC) {
 // busySpin is how many empty polls pollBusy makes before it sleeps on
 // the completion channel.
 var busySpin = 1000
+
+func init() {
+	if v, err := strconv.Atoi(os.Getenv("BUSYSPIN")); err == nil {
+		busySpin = v
+	}
+}
 
 // pollBusy waits for one completion by polling, the busy-poll style of
 // perftest and rdmautil.Waiter: in busy-poll mode each empty Poll
@@ -215,6 +223,9 @@ func benchPingPong(b *testing.B, busy bool, typ verbs.QPType) {
 	close(stop)
 	<-done
 	reportLatency(b, lat)
+	if testing.Verbose() {
+		b.Logf("x %v\ny %v", rxe.CQDeviceStats(x.cq), rxe.CQDeviceStats(y.cq))
+	}
 	sx1, sy1 := rxe.SockStats(x.cq), rxe.SockStats(y.cq)
 	for _, k := range []string{"TxSyscalls", "RxSyscalls"} {
 		b.ReportMetric(float64(sx1[k]-sx0[k]+sy1[k]-sy0[k])/float64(b.N)/2, k+"/hop")

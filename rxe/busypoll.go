@@ -103,7 +103,6 @@ func (d *Device) pollRx() bool {
 	if !d.rxTok.TryLock() {
 		return false
 	}
-	d.flushDeferred()
 	// Errors are left to the receive goroutine, which reports them.
 	n, _ := d.sr.tryRead(d.rb.msgs)
 	if n > 0 {
@@ -113,15 +112,4 @@ func (d *Device) pollRx() bool {
 	}
 	d.rxTok.Unlock()
 	return n > 0
-}
-
-// flushDeferred sends what earlier pollers' rounds deferred and the
-// application did not take with a post since (token held).
-func (d *Device) flushDeferred() {
-	b := d.rb
-	for i, q := range b.deferred {
-		q.flushDeferred()
-		b.deferred[i] = nil
-	}
-	b.deferred = b.deferred[:0]
 }

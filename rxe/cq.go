@@ -94,13 +94,20 @@ func (cq *CQ) grow(size int) {
 	cq.ring, cq.head = r, 0
 }
 
-// Poll moves up to len(wcs) completions into wcs. In busy-poll mode a
-// Poll that finds the CQ empty first receives from the device socket
-// itself, if no other goroutine is (see busypoll.go).
+// Poll moves up to len(wcs) completions into wcs. A Poll that finds the
+// CQ empty sends the responses the device deferred for the application
+// (see QP.unlockAndSend); in busy-poll mode it then receives from the
+// device socket itself, if no other goroutine is (see busypoll.go).
 func (cq *CQ) Poll(wcs []verbs.WC) (int, error) {
 	n, err := cq.poll(wcs)
-	if n == 0 && err == nil && len(wcs) > 0 && cq.dev.sr != nil && cq.dev.pollRx() {
-		n, err = cq.poll(wcs)
+	if n == 0 && err == nil && len(wcs) > 0 {
+		// The application has taken what woke it: responses deferred
+		// for its post can go now.
+		d := cq.dev
+		d.flushDeferred()
+		if d.sr != nil && d.pollRx() {
+			n, err = cq.poll(wcs)
+		}
 	}
 	return n, err
 }
@@ -126,8 +133,10 @@ func (cq *CQ) poll(wcs []verbs.WC) (int, error) {
 	return k, nil
 }
 
-// ReqNotify arms the CQ for one channel event.
+// ReqNotify arms the CQ for one channel event. The application is about
+// to sleep, so deferred responses go now.
 func (cq *CQ) ReqNotify(solicitedOnly bool) error {
+	cq.dev.flushDeferred()
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	if cq.dead {

@@ -83,7 +83,15 @@ type Device struct {
 	rxTok   sync.Mutex
 	rb      *rxBatch
 	rxState rxPollState
-	epoch   time.Time
+
+	// QPs whose responses wait for the application's post (see
+	// QP.unlockAndSend); nDeferred mirrors len(deferred) for a lock-free
+	// check.
+	defMu     sync.Mutex
+	deferred  []*QP
+	nDeferred atomic.Int32
+
+	epoch time.Time
 
 	qpTable atomic.Pointer[map[uint32]*QP]
 	gsi     atomic.Pointer[QP]
@@ -379,16 +387,14 @@ func (d *Device) lookupQP(qpn uint32) *QP {
 // rxBatch is a receive vector: datagram slots backed by pooled packets,
 // and the QPs the last batch touched.
 type rxBatch struct {
-	msgs     []udp.Message
-	pkts     []*packet
-	touched  []*QP
-	deferred []*QP // QPs with responses deferred by a poller (sendDefer)
+	msgs    []udp.Message
+	pkts    []*packet
+	touched []*QP
 }
 
 func (d *Device) newRxBatch() *rxBatch {
 	bs := max(d.conn.BatchSize(), 1)
-	b := &rxBatch{msgs: make([]udp.Message, bs), pkts: make([]*packet, bs), touched: make([]*QP, 0, bs),
-		deferred: make([]*QP, 0, bs)}
+	b := &rxBatch{msgs: make([]udp.Message, bs), pkts: make([]*packet, bs), touched: make([]*QP, 0, bs)}
 	for i := range b.msgs {
 		b.pkts[i] = d.getPacket()
 		b.msgs[i].Buf = b.pkts[i].buf[:]
@@ -459,8 +465,7 @@ func (d *Device) queueBatch(b *rxBatch, n int) {
 }
 
 // runBatch processes the QPs queueBatch touched, inline or through their
-// loops; mode is passed on to runInline. QPs that deferred responses are
-// added to b.deferred.
+// loops; mode is passed on to runInline.
 func (d *Device) runBatch(b *rxBatch, n int, mode sendMode) {
 	// A batch for one QP is processed here whatever its size: the QP
 	// loop could not run it in parallel with anything, and the hand-off
@@ -469,9 +474,7 @@ func (d *Device) runBatch(b *rxBatch, n int, mode sendMode) {
 	inline := d.cfg.InlineRx >= 0 && (n <= d.cfg.InlineRx || len(b.touched) == 1)
 	for i, q := range b.touched {
 		if inline {
-			if q.runInline(mode) {
-				b.deferred = append(b.deferred, q)
-			}
+			q.runInline(mode)
 		} else {
 			q.kick()
 		}

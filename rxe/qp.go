@@ -48,6 +48,7 @@ type QP struct {
 	woke     bool          // this round's completions notified a channel
 	pushed   bool          // this round pushed a completion
 	respDue  int64         // deferred responses must go by then (0: none)
+	listed   bool          // in Device.deferred (guarded by Device.defMu)
 	txMsgs   []udp.Message // sendBoth's vector (both lane mutexes held)
 	encap    encapCache
 	drainC   *sync.Cond // signalled when queues may have emptied
@@ -530,24 +531,21 @@ const (
 )
 
 // runInline processes the QP on the calling goroutine if nobody else is,
-// and otherwise leaves the work to the holder and the loop. It reports
-// whether it left responses deferred (only with sendDefer).
-func (q *QP) runInline(mode sendMode) bool {
+// and otherwise leaves the work to the holder and the loop.
+func (q *QP) runInline(mode sendMode) {
 	if !q.mu.TryLock() {
 		q.kick()
-		return false
+		return
 	}
 	more := q.process()
-	deferred := q.unlockAndSend(mode)
+	q.unlockAndSend(mode)
 	if more {
 		q.kick()
 	}
-	return deferred
 }
 
 // unlockAndSend releases mu and then sends the packets the round queued
 // (mu held on entry), both lanes in one WriteBatch when both have some.
-// It reports whether it left the response lane queued (sendDefer).
 //
 // With sendYield, a round whose completions woke a channel reader gives
 // that reader the CPU before sending its responses. The Go scheduler
@@ -557,12 +555,12 @@ func (q *QP) runInline(mode sendMode) bool {
 // median 7 µs per message. The responses stay queued meanwhile: if the
 // woken application posts (the reply of a ping-pong), its round sends
 // them in the same sendmmsg as its request, and the peer receives both in
-// one recvmmsg; otherwise they go out when this goroutine runs again. An
-// ACK only retires the peer's WQEs, so it is off the critical path either
-// way. sendDefer is the same bet for a busy poller, which is the
-// application itself: it returns to the application at once, and the
-// responses wait for its post (see sendMode).
-func (q *QP) unlockAndSend(mode sendMode) bool {
+// one recvmmsg. If the application has not taken them when this
+// goroutine runs again (another P picked either up), they stay deferred
+// (deferResp). sendDefer makes the same bet at once for a busy poller,
+// which is the application itself. An ACK only retires the peer's WQEs,
+// so it is off the critical path either way.
+func (q *QP) unlockAndSend(mode sendMode) {
 	pushed, woke := q.pushed, q.woke
 	q.pushed, q.woke = false, false
 	if mode == sendDefer && pushed && len(q.respTx.cur.pkts) > 0 && q.deferResp() {
@@ -571,7 +569,8 @@ func (q *QP) unlockAndSend(mode sendMode) bool {
 		if req {
 			q.reqTx.send(q)
 		}
-		return true
+		q.dev.addDeferred(q)
+		return
 	}
 	if mode == sendYield && woke {
 		req, resp := q.reqTx.take(), len(q.respTx.cur.pkts) > 0
@@ -582,9 +581,14 @@ func (q *QP) unlockAndSend(mode sendMode) bool {
 		runtime.Gosched()
 		if resp {
 			q.mu.Lock()
+			if len(q.respTx.cur.pkts) > 0 && q.deferResp() {
+				q.mu.Unlock()
+				q.dev.addDeferred(q)
+				return
+			}
 			q.unlockAndSend(sendNow)
 		}
-		return false
+		return
 	}
 	req, resp := q.reqTx.take(), q.respTx.take()
 	q.respDue = 0 // nothing deferred is left queued
@@ -597,7 +601,6 @@ func (q *QP) unlockAndSend(mode sendMode) bool {
 	case resp:
 		q.respTx.send(q)
 	}
-	return false
 }
 
 // deferResp starts or continues a response deferral (mu held) and
@@ -615,7 +618,7 @@ func (q *QP) deferResp() bool {
 	return now < q.respDue
 }
 
-// flushDeferred sends the responses a poller deferred, if still queued.
+// flushDeferred sends deferred responses that are still queued.
 func (q *QP) flushDeferred() {
 	q.mu.Lock()
 	if q.respDue == 0 {
@@ -623,6 +626,36 @@ func (q *QP) flushDeferred() {
 		return
 	}
 	q.unlockAndSend(sendNow)
+}
+
+// addDeferred lists q for flushDeferred (q.mu not held).
+func (d *Device) addDeferred(q *QP) {
+	d.defMu.Lock()
+	if !q.listed {
+		q.listed = true
+		d.deferred = append(d.deferred, q)
+		d.nDeferred.Store(int32(len(d.deferred)))
+	}
+	d.defMu.Unlock()
+}
+
+// flushDeferred sends the responses that rounds deferred for the
+// application and it did not take with a post since. The application's
+// next empty Poll and ReqNotify call it, and so does the busy-poll
+// receive goroutine.
+func (d *Device) flushDeferred() {
+	if d.nDeferred.Load() == 0 {
+		return
+	}
+	d.defMu.Lock()
+	for i, q := range d.deferred {
+		q.listed = false
+		q.flushDeferred()
+		d.deferred[i] = nil
+	}
+	d.deferred = d.deferred[:0]
+	d.nDeferred.Store(0)
+	d.defMu.Unlock()
 }
 
 // sendBoth sends what both lanes took in one WriteBatch, responses first.

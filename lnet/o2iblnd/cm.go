@@ -523,17 +523,18 @@ func (d *Driver) connClosing(c *conn, err error) {
 		q = p.txq
 		p.txq = nil
 	}
-	last := p.lastAlive
 	if t := c.lastRx.Load(); t != 0 {
-		last = time.Unix(0, t)
-		p.lastAlive = last
+		p.lastAlive = time.Unix(0, t)
 	}
 	d.mu.Unlock()
 	for _, t := range q {
 		d.txDone(t, err)
 	}
 	if down && !p.reconnect {
-		d.ni.NotifyPeer(c.nid, false, last)
+		// Down as of now: the core stamps every message it receives
+		// with its own clock, later than our lastRx, and ignores a down
+		// report older than the last sign of life.
+		d.ni.NotifyPeer(c.nid, false, time.Now())
 	}
 }
 

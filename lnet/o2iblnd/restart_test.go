@@ -8,6 +8,7 @@ import (
 	"softib/rdmacm"
 	"softib/rxe"
 	"softib/verbs"
+	"softib/wire/lnetwire"
 )
 
 // procAt is what a process restart replaces: an rxe device on addr (its
@@ -109,4 +110,35 @@ func TestPeerProcessRestart(t *testing.T) {
 			}
 		})
 	}
+}
+
+// peerState returns x's LNet state of peer nid.
+func peerState(x *node, nid lnetwire.NID) string {
+	for _, p := range x.in.Peers() {
+		if p.NID == nid {
+			return p.State
+		}
+	}
+	return ""
+}
+
+// TestPeerDownReported: B dies silently in the middle of traffic from A;
+// A's PUT fails with an error event once RC gives up, and A's LNet
+// reports B down (the down notice is not older than the core's last
+// sign of life from B, which it stamps later than the driver does).
+func TestPeerDownReported(t *testing.T) {
+	a := newNode(t, o2iblnd.Config{})
+	b := startProcAt(t, testAddr())
+	putGet(t, a, b.x, 64<<10, 1, 1)
+	// Last from B: an IMMEDIATE REPLY, which the core stamps alive after
+	// the driver stamped its arrival.
+	putGet(t, a, b.x, 100, 2, 1)
+	if s := peerState(a, b.x.nid); s != "up" {
+		t.Fatalf("B is %q before the kill", s)
+	}
+	b.kill()
+	if err := putExpectFail(t, a, b.x, 9); err == nil {
+		t.Fatal("PUT to a killed peer succeeded")
+	}
+	waitFor(t, "A to report B down", func() bool { return peerState(a, b.x.nid) == "down" })
 }

@@ -113,6 +113,7 @@ class Peer:
         self.peer_credits = 0  # the host's towards us, as we account them
         self.outstanding = 0  # credits we owe the host
         self.max_peer_credits_used = 0
+        self.hiw = 0
         self.noops_rx = 0
         self.credits_rx = 0
         self.queued = collections.deque()  # credit-consuming sends waiting
@@ -171,27 +172,35 @@ class Peer:
 
     def accept(self):
         a = self.a
+        # Every pyverbs object stays referenced from self until os._exit:
+        # their destructors (destroying an ID waits for its events to be
+        # acked) would otherwise run on the error path and can block.
+        self.keep = []
         ch = CMEventChannel()
         lid = CMID(ch)
+        self.keep += [ch, lid]
         lid.bind_addr(AddrInfo(src=a.local, src_service=str(a.port), port_space=ce.RDMA_PS_TCP,
                                flags=ce.RAI_PASSIVE))
         lid.listen(1)
         if a.ready_file:
             open(a.ready_file, "w").close()
         ev = CMEvent(ch)
+        self.keep.append(ev)
         if ev.event_type != ce.RDMA_CM_EVENT_CONNECT_REQUEST:
             self.fail("first CM event %s, want CONNECT_REQUEST" % ev.event_str())
+        cid = CMID(ev, listen_id=lid)
+        self.keep.append(cid)
+        try:
+            o, qd, frags, msz, sstamp = self.check_connreq(ev.private_data)
+        except Violation:
+            # A kib_rej with reason FATAL (3): the host does not retry.
+            rej = struct.pack("<IHBBQHHI", MAGIC, V2, 3, 0, self.incarnation, a.qd, MAX_FRAGS, MSG_SIZE)
+            try:
+                cid.reject(rej)
+            except Exception as x:
+                self.violations.append("reject: %s" % x)
+            raise
         pd = ev.private_data
-        self.check(len(pd) >= 56, "connreq_len", "REQ private data %d bytes, want 56" % len(pd))
-        o, typ, credits, nob, sstamp, dstamp = self.parse_hdr(pd, 56)
-        self.check(typ == CONNREQ, "connreq_type", "REQ private data type 0x%x, want CONNREQ" % typ)
-        self.check(credits == 0, "connreq_credits", "CONNREQ credits %d" % credits)
-        self.check(sstamp != 0, "connreq_srcstamp", "CONNREQ srcstamp 0")
-        self.check(dstamp in (0, self.incarnation), "connreq_dststamp", "CONNREQ dststamp %d" % dstamp)
-        qd, frags, msz = struct.unpack_from(o + "HHI", pd, 48)
-        self.check(qd == a.qd, "queue_depth", "CONNREQ queue depth %d, want %d" % (qd, a.qd))
-        self.check(frags == MAX_FRAGS, "max_frags", "CONNREQ max frags %d, want %d" % (frags, MAX_FRAGS))
-        self.check(msz == MSG_SIZE, "max_msg_size", "CONNREQ max msg size %d, want %d" % (msz, MSG_SIZE))
         self.rx["CONNREQ"] += 1
         self.connreq = {"queue_depth": qd, "max_frags": frags, "max_msg_size": msz, "srcstamp": sstamp,
                         "cksum": struct.unpack_from(o + "I", pd, 12)[0] != 0,
@@ -201,7 +210,6 @@ class Peer:
         # peer_credits_hiw: Q/2 by default, at most Q-1.
         self.hiw = max(1, min(a.hiw or qd // 2, qd - 1))
 
-        cid = CMID(ev, listen_id=lid)
         self.pd, ctx = lid.pd, lid.context
         nrx = 2 * qd + 2
         # Sends: messages plus one RDMA WRITE per fragment of a GET sink.
@@ -218,10 +226,23 @@ class Peer:
         cid.accept(p)
         self.tx["CONNACK"] += 1
         est = CMEvent(ch)
+        self.keep.append(est)
         if est.event_type != ce.RDMA_CM_EVENT_ESTABLISHED:
             self.fail("CM event %s after accept, want ESTABLISHED" % est.event_str())
-        # Events stay unacked until exit: destroying IDs waits for acks.
-        self.keep = (ch, lid, ev, est)
+
+    def check_connreq(self, pd):
+        """Validates the CONNREQ in the REQ private data."""
+        self.check(len(pd) >= 56, "connreq_len", "REQ private data %d bytes, want 56" % len(pd))
+        o, typ, credits, nob, sstamp, dstamp = self.parse_hdr(pd, 56)
+        self.check(typ == CONNREQ, "connreq_type", "REQ private data type 0x%x, want CONNREQ" % typ)
+        self.check(credits == 0, "connreq_credits", "CONNREQ credits %d" % credits)
+        self.check(sstamp != 0, "connreq_srcstamp", "CONNREQ srcstamp 0")
+        self.check(dstamp in (0, self.incarnation), "connreq_dststamp", "CONNREQ dststamp %d" % dstamp)
+        qd, frags, msz = struct.unpack_from(o + "HHI", pd, 48)
+        self.check(qd == self.a.qd, "queue_depth", "CONNREQ queue depth %d, want %d" % (qd, self.a.qd))
+        self.check(frags == MAX_FRAGS, "max_frags", "CONNREQ max frags %d, want %d" % (frags, MAX_FRAGS))
+        self.check(msz == MSG_SIZE, "max_msg_size", "CONNREQ max msg size %d, want %d" % (msz, MSG_SIZE))
+        return o, qd, frags, msz, sstamp
 
     # --- verbs ----------------------------------------------------------
 

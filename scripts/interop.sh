@@ -99,6 +99,18 @@ if [ -z "${INTEROP_CASES:-}" ]; then
 	go test -count=1 -timeout 20m -run 'Interop' ./rdmacm/ ./tools/rping/ ./tools/perftestcm/ ./lnet/o2iblnd/ 2>&1 |
 		tee "$art/go-interop.log" | grep -E '^(ok|FAIL|---|panic)'
 	grc=${PIPESTATUS[0]}
+	# As in test.sh: a package that failed runs once more (the guest is
+	# TCG on a shared 2-core machine); passing then is reported FLAKY, a
+	# second failure fails the run. The first log is kept.
+	failed=$(grep -E '^FAIL\s+softib/' "$art/go-interop.log" | awk '{print $2}' | sed 's#^softib/#./#' | sort -u | tr '\n' ' ')
+	if [ "$grc" != 0 ] && [ -n "$failed" ]; then
+		echo "== interop: retrying once: $failed"
+		# shellcheck disable=SC2086
+		go test -count=1 -timeout 20m -run 'Interop' $failed 2>&1 |
+			tee "$art/go-interop-retry.log" | grep -E '^(ok|FAIL|---|panic)'
+		grc=${PIPESTATUS[0]}
+		[ "$grc" != 0 ] || echo "FLAKY (failed, then passed on retry): $failed"
+	fi
 	set -e
 	if [ "$grc" != 0 ]; then
 		echo "== interop: Go kernel-interop tests failed (log in $art/go-interop.log)"

@@ -2,19 +2,23 @@ package rxe
 
 import "softib/udp"
 
-// Busy-poll receive. With DeviceConfig.BusyPoll on a socket that allows
-// non-blocking reads (pollSock; Linux *udp.Socket without GRO), reading
-// the socket is a token: the holder of Device.rxTok is the only reader,
-// owns Device.rb and the ICRC cache, and processes what it read before
+// Poll-driven receive. On a socket that allows non-blocking reads
+// (pollSock; Linux *udp.Socket without GRO, the default), reading the
+// socket is a token: the holder of Device.rxTok is the only reader, owns
+// Device.rb and the ICRC cache, and processes what it read before
 // letting go. The token is taken by
 //
-//   - a CQ poller whose CQ is empty (CQ.Poll → pollRx): it reads one
-//     batch without blocking and runs the QPs inline, so the completion
-//     it is waiting for is pushed by its own goroutine, with no wakeup
-//     of another goroutine and no scheduler hand-off in between;
+//   - a CQ poller whose CQ is empty (CQ.Poll → pollRx): in busy-poll
+//     mode on every empty Poll, otherwise once the application has
+//     polled the CQ empty Config.PollRxAfter times in a row (it is
+//     spinning, like perftest and rdmautil.Waiter). It reads one batch
+//     without blocking and runs the QPs inline, so the completion it is
+//     waiting for is pushed by its own goroutine, with no wakeup of
+//     another goroutine and no scheduler hand-off in between;
 //   - the receive goroutine (rxLoopPoll), which parks in the netpoller
-//     while the socket is empty, so that a device nobody polls still
-//     makes progress at normal (not busy) latency.
+//     while the socket is empty, so that a device nobody polls makes
+//     progress at normal latency, and an application that sleeps on a
+//     completion channel is woken as before.
 //
 // Neither spins inside rxe: an application that wants busy polling
 // calls Poll in a loop (yielding with runtime.Gosched between empty
@@ -43,7 +47,7 @@ type rxPollState struct {
 	err   error // read error (token held)
 }
 
-// rxLoopPoll is the receive goroutine in busy-poll mode.
+// rxLoopPoll is the receive goroutine on a pollSock.
 func (d *Device) rxLoopPoll() {
 	st := &d.rxState
 	ready := d.rxReady // one method value: no allocation per wait

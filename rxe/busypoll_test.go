@@ -228,3 +228,62 @@ func TestBusyPollZeroAllocs(t *testing.T) {
 		t.Fatalf("%v allocations per WRITE+SEND round", a)
 	}
 }
+
+// TestSpinPollReceives: without busy-poll mode, an application that
+// spins on Poll ends up receiving from the socket itself (after
+// PollRxAfter empty polls), while one that polls, arms and sleeps never
+// does: its completions come from the receive goroutine.
+func TestSpinPollReceives(t *testing.T) {
+	for _, spin := range []bool{true, false} {
+		x, y := pair(t, verbs.QPTypeRC, rxe.Config{}, connOpts{timeout: 20}, 4096)
+		wcx := make([]verbs.WC, 1)
+		for i := range 200 {
+			postRecv(t, y, verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{y.mr.SGE(0, 64)}})
+			post(t, x, verbs.SendWR{ID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled | verbs.SendInline, InlineData: []byte("spin")})
+			var wc verbs.WC
+			if spin {
+				wc = spinWC(t, x, wcx)
+			} else {
+				wc = waitArm(t, x, wcx)
+			}
+			wantOK(t, wc, verbs.WCSend)
+			wantOK(t, waitWC(t, y.cq, 1)[0], verbs.WCRecv)
+		}
+		got := rxe.CQDeviceStats(x.cq)["PollRxBatches"]
+		if spin && got == 0 {
+			t.Error("spinning poller never received from the socket")
+		}
+		if !spin && got != 0 {
+			t.Errorf("poll-arm-sleep waiter received %d batches from the socket", got)
+		}
+		wantClean(t, x.cq)
+		wantClean(t, y.cq)
+	}
+}
+
+// waitArm waits for one completion the verbs way: poll, arm, poll, sleep
+// on the channel (hang guard: 20 s).
+func waitArm(t testing.TB, e *end, wc []verbs.WC) verbs.WC {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		n, err := e.cq.Poll(wc[:1])
+		if err == nil && n == 0 {
+			e.cq.ReqNotify(false)
+			n, err = e.cq.Poll(wc[:1])
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			return wc[0]
+		}
+		select {
+		case <-e.ch.C():
+		case <-e.guard().C:
+			if time.Now().After(deadline) {
+				t.Fatal("no completion")
+			}
+		}
+	}
+}

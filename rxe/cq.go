@@ -25,6 +25,7 @@ type CQ struct {
 	overrun  bool
 	dead     bool
 	users    atomic.Int32 // QPs using the CQ
+	empties  atomic.Int32 // empty Polls in a row (spin detection)
 	waitCond *sync.Cond   // signalled on every push (for tests and Drain)
 }
 
@@ -96,7 +97,8 @@ func (cq *CQ) grow(size int) {
 
 // Poll moves up to len(wcs) completions into wcs. A Poll that finds the
 // CQ empty sends the responses the device deferred for the application
-// (see QP.unlockAndSend); in busy-poll mode it then receives from the
+// (see QP.unlockAndSend); in busy-poll mode, or when the application has
+// been spinning on Poll (Config.PollRxAfter), it then receives from the
 // device socket itself, if no other goroutine is (see busypoll.go).
 func (cq *CQ) Poll(wcs []verbs.WC) (int, error) {
 	n, err := cq.poll(wcs)
@@ -105,9 +107,12 @@ func (cq *CQ) Poll(wcs []verbs.WC) (int, error) {
 		// for its post can go now.
 		d := cq.dev
 		d.flushDeferred()
-		if d.sr != nil && d.pollRx() {
+		if d.sr != nil && cq.empties.Add(1) > d.spinPolls && d.pollRx() {
 			n, err = cq.poll(wcs)
 		}
+	}
+	if n > 0 && cq.empties.Load() != 0 {
+		cq.empties.Store(0)
 	}
 	return n, err
 }
@@ -137,6 +142,7 @@ func (cq *CQ) poll(wcs []verbs.WC) (int, error) {
 // to sleep, so deferred responses go now.
 func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 	cq.dev.flushDeferred()
+	cq.empties.Store(0) // the waiter is about to sleep, not spin
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	if cq.dead {

@@ -79,10 +79,11 @@ type Device struct {
 	// Busy-poll receive (busypoll.go); sr is nil when off. rxTok is the
 	// receive token, which guards rb; rxState is the receive
 	// goroutine's.
-	sr      pollSock
-	rxTok   sync.Mutex
-	rb      *rxBatch
-	rxState rxPollState
+	sr        pollSock
+	spinPolls int32 // empty Polls in a row before Poll reads sr (0: busy-poll)
+	rxTok     sync.Mutex
+	rb        *rxBatch
+	rxState   rxPollState
 
 	// QPs whose responses wait for the application's post (see
 	// QP.unlockAndSend); nDeferred mirrors len(deferred) for a lock-free
@@ -171,10 +172,13 @@ func Open(cfg Config) (verbs.Device, error) {
 	d.gids[1] = verbs.GIDFromAddr(addr)
 	empty := map[uint32]*QP{}
 	d.qpTable.Store(&empty)
-	if c.BusyPoll {
+	if c.BusyPoll || c.PollRxAfter >= 0 {
 		if d.sr = newPollSock(conn, max(conn.BatchSize(), 1)); d.sr != nil {
 			d.rb = d.newRxBatch()
 		}
+	}
+	if !c.BusyPoll {
+		d.spinPolls = int32(c.PollRxAfter)
 	}
 	d.raise(verbs.AsyncEvent{Type: verbs.EventPortActive, Port: 1})
 	go d.rxLoop()
@@ -408,8 +412,8 @@ func (d *Device) freeRxBatch(b *rxBatch) {
 	}
 }
 
-// rxLoop reads datagram batches and demultiplexes them to QPs. In
-// busy-poll mode on a socket that allows it, rxLoopPoll runs instead.
+// rxLoop reads datagram batches and demultiplexes them to QPs. On a
+// socket that allows non-blocking reads, rxLoopPoll runs instead.
 func (d *Device) rxLoop() {
 	defer close(d.rxDone)
 	if d.sr != nil {

@@ -13,15 +13,17 @@
 //	completer.go  ACK/NAK/response packets → send completions, retransmit
 //	              and RNR timers, go-back-N
 //	qp.go         QP object, state machine, post/modify/flush, run loop
-//	busypoll.go   busy-poll mode: the receive token, CQ pollers reading
-//	              the socket (busypoll_linux.go: non-blocking recvmmsg)
+//	busypoll.go   the receive token: CQ pollers (busy-poll mode, or
+//	              spinning) read the socket (busypoll_linux.go:
+//	              non-blocking recvmmsg)
 //	mr.go, cq.go  PD/MR/AH and CQ/SRQ
 //	icrc.go       ICRC, pseudo-GRH and UDP source port helpers
 //
 // Concurrency: each QP's engine state (requester, responder, completer,
 // queues) is guarded by the QP's mutex and is run, like rxe's task model,
-// either inline by the goroutine that made work (PostSend, or the device
-// receive goroutine for small batches, when the mutex is free) or by the
+// either inline by the goroutine that made work (PostSend, the device
+// receive goroutine for small batches, or a CQ poller holding the
+// receive token, when the mutex is free) or by the
 // QP's own run-loop goroutine, woken through a capacity-1 kick channel.
 // The receive goroutine processes a batch inline when it is small or for
 // one QP only. Timers are deadlines owned by the QP; the loop keeps one
@@ -34,22 +36,27 @@
 // its ACKs, so a ping-pong reply carries the ACK in the same sendmmsg.
 // Packet buffers come from a pool: the data path does not allocate.
 //
-// Busy-poll mode (DeviceConfig.BusyPoll, busypoll.go) turns reading the
-// socket into a token. A CQ Poll that finds its CQ empty takes the token
-// if it is free, reads one batch with a non-blocking recvmmsg and runs
-// the QPs inline, so the completion appears in the polling goroutine
-// itself: no wakeup, no scheduler hand-off. The round keeps its ACKs
-// queued for the poller's next post on the QP (its reply rides in the
-// same sendmmsg), its next empty Poll, or at the latest a 100 µs QP
-// deadline. The receive goroutine parks in the netpoller and takes the
-// token only when the socket is readable, so a device that nobody polls
-// works at normal latency. Nothing spins inside rxe: the application
-// spins by calling Poll (and should sleep on the completion channel
-// after a while: on a shared machine an endless spinner waits out the
-// time slices of whatever the OS runs instead of its peer). udp.Conn
-// has no non-blocking read, so busy-poll mode reads a Linux *udp.Socket
-// without GRO through its RawConn; other Conns keep the receive
-// goroutine, spinning in ReadBatch as udp.Config.BusyPoll does.
+// Reading the socket is a token (busypoll.go). A CQ Poll that finds its
+// CQ empty — every time in busy-poll mode (DeviceConfig.BusyPoll), else
+// once the application has been spinning on Poll (Config.PollRxAfter
+// empty polls in a row) — takes the token if it is free, reads one batch
+// with a non-blocking recvmmsg and runs the QPs inline, so the
+// completion appears in the polling goroutine itself: no wakeup, no
+// scheduler hand-off. The round keeps its ACKs queued for the poller's
+// next post on the QP (its reply rides in the same sendmmsg), its next
+// empty Poll, or at the latest a 100 µs QP deadline; the receive
+// goroutine does the same when the reader it woke has not posted by the
+// time it runs again. The receive goroutine parks in the netpoller and
+// takes the token when the socket is readable, so a device that nobody
+// polls, and an application that sleeps on its completion channel, work
+// as before. Nothing spins inside rxe: the application spins by calling
+// Poll (and should sleep on the completion channel after a while: on a
+// shared machine an endless spinner waits out the time slices of
+// whatever the OS runs instead of its peer). udp.Conn has no
+// non-blocking read, so the token path reads a Linux *udp.Socket without
+// GRO through its RawConn; other Conns keep the receive goroutine on
+// ReadBatch (in busy-poll mode spinning in it, as udp.Config.BusyPoll
+// does).
 //
 // Where softib differs from Linux rxe, and why:
 //   - Every packet leaves from the socket's bound UDP port: a udp.Conn has
@@ -120,6 +127,8 @@ const (
 	// datagrams or all of them are for one QP; bigger batches for
 	// several QPs go to the QP loops for parallelism.
 	inlineRxBatch = 4
+	// pollRxAfter is Config.PollRxAfter's default.
+	pollRxAfter = 4
 	// procBudget bounds the packets one processing round generates before
 	// it yields (and re-kicks itself).
 	procBudget = 256
@@ -159,6 +168,12 @@ type Config struct {
 	// the QP loops (default 4; negative means never). A batch for a
 	// single QP is always processed inline unless InlineRx is negative.
 	InlineRx int
+	// PollRxAfter is the number of empty Polls of one CQ in a row (an
+	// application spinning on Poll) after which Poll receives from the
+	// device socket itself, as it does at once in busy-poll mode
+	// (default 4; negative means only in busy-poll mode). A Poll, arm,
+	// Poll, sleep waiter never gets there. See busypoll.go.
+	PollRxAfter int
 }
 
 func (c *Config) withDefaults() Config {
@@ -174,6 +189,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if d.InlineRx == 0 {
 		d.InlineRx = inlineRxBatch
+	}
+	if d.PollRxAfter == 0 {
+		d.PollRxAfter = pollRxAfter
 	}
 	return d
 }

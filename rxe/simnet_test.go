@@ -3,13 +3,13 @@ package rxe_test
 import (
 	"bytes"
 	"encoding/binary"
-	"fmt"
 	"net/netip"
 	"runtime"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"softib/internal/stats"
 	"softib/rxe"
 	"softib/udp/udptest"
 	"softib/verbs"
@@ -139,7 +139,7 @@ func TestSimNetRC(t *testing.T) {
 					}
 				}
 				if testing.Verbose() {
-					t.Logf("network %s\na %v\nb %v", fmt.Sprint(&nw.Stats), a.dev.Stats(), b.dev.Stats())
+					t.Logf("network %v\na %v\nb %v", stats.Snapshot(&nw.Stats), a.dev.Stats(), b.dev.Stats())
 				}
 			})
 		})

@@ -4,6 +4,7 @@ package lnetd
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,6 +29,10 @@ func TestE2EO2IBLoss(t *testing.T) {
 		// Short LND and LNet timeouts bound every failure well inside
 		// the hang guard.
 		yaml := o2ibNSYAML(h.Dev, 16, 128, "              timeout: 10\n")
+		// Aliveness off: after a failure LNet would refuse all but one
+		// message a second to the peer it reported down, and every
+		// operation here is meant to try the lossy link.
+		yaml = strings.Replace(yaml, "              credits: 128\n", "              credits: 128\n              peer_timeout: 0\n", 1)
 		nodes = append(nodes, startProc(t, fmt.Sprintf("ns%d", i), h.Addr.String(), yaml, "ip", "netns", "exec", h.Name))
 	}
 	a, b := nodes[0], nodes[1]

@@ -3,10 +3,8 @@ package rxe_test
 import (
 	"net"
 	"net/netip"
-	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -49,13 +47,7 @@ func pollSpin(tb testing.TB, cq verbs.CQ, wc []verbs.WC) {
 
 // busySpin is how many empty polls pollBusy makes before it sleeps on
 // the completion channel.
-var busySpin = 1000
-
-func init() {
-	if v, err := strconv.Atoi(os.Getenv("BUSYSPIN")); err == nil {
-		busySpin = v
-	}
-}
+const busySpin = 1000
 
 // pollBusy waits for one completion by polling, the busy-poll style of
 // perftest and rdmautil.Waiter: in busy-poll mode each empty Poll

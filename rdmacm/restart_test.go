@@ -162,3 +162,75 @@ func TestPeerRestartStale(t *testing.T) {
 	}
 	expect(t, sch, rdmacm.EventEstablished)
 }
+
+// TestServerRestartStaleREP: the server process dies silently and comes
+// back on the same address while the client still holds its connection
+// ESTABLISHED. The client's next connect is answered by a REP naming the
+// QPN the old server had; the client's CM refuses it (REJ STALE_CONN):
+// the attempt ends UNREACHABLE with status STALE_CONN, the new server
+// sees REJECTED, and the client's old connection is DISCONNECTED. The
+// retry connects.
+func TestServerRestartStaleREP(t *testing.T) {
+	a, b := loopAddr(), loopAddr()
+	dst := netip.AddrPortFrom(b, 7174)
+	listen := func(p *proc) *rdmacm.EventChannel {
+		ch := rdmacm.NewEventChannel()
+		lis, err := p.m.CreateID(ch, "server", rdmacm.PSTCP)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lis.BindAddr(dst); err != nil {
+			t.Fatal(err)
+		}
+		if err := lis.Listen(8); err != nil {
+			t.Fatal(err)
+		}
+		return ch
+	}
+	cli := startProc(t, a)
+	cch := rdmacm.NewEventChannel()
+	srv := startProc(t, b)
+	sch := listen(srv)
+	old, _ := connectFrom(t, cli, cch, a, dst)
+	s1 := acceptNext(t, sch)
+	if ev := outcome(t, cch); ev.Type != rdmacm.EventEstablished {
+		t.Fatalf("first connect: %v (status %d, %v)", ev.Type, ev.Status, ev.Err)
+	}
+	expect(t, sch, rdmacm.EventEstablished)
+	oldQPN := s1.QP().QPN()
+
+	srv.kill()
+	srv2 := startProc(t, b)
+	sch2 := listen(srv2)
+	id, _ := connectFrom(t, cli, cch, a, dst)
+	s2 := acceptNext(t, sch2)
+	if s2.QP().QPN() != oldQPN {
+		t.Fatalf("restarted server QPN %#x, old one %#x: the test needs the reuse", s2.QP().QPN(), oldQPN)
+	}
+	// The client's channel carries both the attempt's failure and the
+	// old connection's disconnect, in either order.
+	got := map[*rdmacm.ID]*rdmacm.Event{}
+	for range 2 {
+		ev := outcome(t, cch)
+		got[ev.ID] = ev
+	}
+	if ev := got[id]; ev == nil || ev.Type != rdmacm.EventUnreachable || ev.Status != int(mad.RejStaleConn) {
+		t.Fatalf("connect to the restarted server: %+v, want UNREACHABLE STALE_CONN", ev)
+	}
+	if ev := got[old]; ev == nil || ev.Type != rdmacm.EventDisconnected {
+		t.Fatalf("old connection: %+v, want DISCONNECTED", ev)
+	}
+	if ev := expect(t, sch2, rdmacm.EventRejected); ev.Status != int(mad.RejStaleConn) {
+		t.Errorf("restarted server: REJECTED status %d", ev.Status)
+	}
+	for _, x := range []*rdmacm.ID{old, id, s2} {
+		x.DestroyQP()
+		x.Destroy()
+	}
+	connectFrom(t, cli, cch, a, dst)
+	acceptNext(t, sch2)
+	if ev := outcome(t, cch); ev.Type != rdmacm.EventEstablished {
+		t.Fatalf("retry: %v (status %d, %v)", ev.Type, ev.Status, ev.Err)
+	}
+	expect(t, sch2, rdmacm.EventEstablished)
+}

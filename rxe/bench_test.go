@@ -153,8 +153,10 @@ func BenchmarkRCWrite(b *testing.B) {
 	b.Run("1MiB", func(b *testing.B) { benchWrite(b, 1<<20) })
 }
 
-func benchPingPong(b *testing.B, busy bool, typ verbs.QPType) {
-	cfg := rxe.Config{DeviceConfig: verbs.DeviceConfig{NetMTU: 9000, BusyPoll: busy}}
+// benchPingPong: busyDev sets DeviceConfig.BusyPoll; busy makes both
+// sides wait with pollBusy (spinning on Poll) instead of pollSpin.
+func benchPingPong(b *testing.B, busyDev, busy bool, typ verbs.QPType) {
+	cfg := rxe.Config{DeviceConfig: verbs.DeviceConfig{NetMTU: 9000, BusyPoll: busyDev}}
 	x, y := pair(b, typ, cfg, connOpts{mtu: verbs.MTU4096}, 4096)
 	wcx, wcy := make([]verbs.WC, 1), make([]verbs.WC, 1)
 	rx := []verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{x.mr.SGE(0, 64)}}}
@@ -240,9 +242,12 @@ func reportLatency(b *testing.B, lat []int64) {
 // BenchmarkRCSendPingPong measures 8-byte RC SEND ping-pong latency
 // (reported as half the round trip).
 func BenchmarkRCSendPingPong(b *testing.B) {
-	b.Run("normal", func(b *testing.B) { benchPingPong(b, false, verbs.QPTypeRC) })
-	b.Run("busypoll", func(b *testing.B) { benchPingPong(b, true, verbs.QPTypeRC) })
-	b.Run("UC", func(b *testing.B) { benchPingPong(b, false, verbs.QPTypeUC) })
+	b.Run("normal", func(b *testing.B) { benchPingPong(b, false, false, verbs.QPTypeRC) })
+	b.Run("busypoll", func(b *testing.B) { benchPingPong(b, true, true, verbs.QPTypeRC) })
+	// A normal device with spinning waiters (perftest's default): Poll
+	// takes over the receive after PollRxAfter empty polls.
+	b.Run("spin", func(b *testing.B) { benchPingPong(b, false, true, verbs.QPTypeRC) })
+	b.Run("UC", func(b *testing.B) { benchPingPong(b, false, false, verbs.QPTypeUC) })
 }
 
 // BenchmarkUDPPingPong is the baseline: raw Go UDP ping-pong of 8 bytes

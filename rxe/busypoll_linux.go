@@ -31,6 +31,7 @@ type sockReader struct {
 	iovs  []unix.Iovec
 	names []unix.RawSockaddrInet6
 
+	zone  zoneCache
 	fd    uintptr // descriptor inside the current callback
 	vlen  int
 	n     int
@@ -146,7 +147,7 @@ func (r *sockReader) finish(msgs []udp.Message) (int, error) {
 		} else {
 			msgs[i].N = int(h.Len)
 		}
-		msgs[i].Addr = sockaddrAddr(&r.names[i])
+		msgs[i].Addr = r.zone.addr(&r.names[i])
 	}
 	return r.n, nil
 }
@@ -156,6 +157,25 @@ func (r *sockReader) clear() {
 	for i := range r.vlen {
 		r.iovs[i].Base = nil
 	}
+}
+
+// zoneCache remembers the zone name of the last IPv6 scope ID, so that
+// a link-local peer does not cost an interface lookup per datagram.
+type zoneCache struct {
+	id   uint32
+	name string
+}
+
+// addr is sockaddrAddr with the zone name cached.
+func (z *zoneCache) addr(sa *unix.RawSockaddrInet6) netip.AddrPort {
+	if sa.Family != unix.AF_INET6 || sa.Scope_id == 0 {
+		return sockaddrAddr(sa)
+	}
+	if z.id != sa.Scope_id || z.name == "" {
+		z.id, z.name = sa.Scope_id, zoneName(sa.Scope_id)
+	}
+	p := (*[2]byte)(unsafe.Pointer(&sa.Port))
+	return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).WithZone(z.name), uint16(p[0])<<8|uint16(p[1]))
 }
 
 // sockaddrAddr decodes a sockaddr_in or sockaddr_in6 the kernel filled.
@@ -169,15 +189,18 @@ func sockaddrAddr(sa *unix.RawSockaddrInet6) netip.AddrPort {
 	case unix.AF_INET6:
 		ip := netip.AddrFrom16(sa.Addr)
 		if sa.Scope_id != 0 {
-			// Link-local sources only: the allocation is off the
-			// loopback data path. Same zone names as udp gives.
-			if ifi, err := net.InterfaceByIndex(int(sa.Scope_id)); err == nil {
-				ip = ip.WithZone(ifi.Name)
-			} else {
-				ip = ip.WithZone(fmt.Sprint(sa.Scope_id))
-			}
+			ip = ip.WithZone(zoneName(sa.Scope_id))
 		}
 		return netip.AddrPortFrom(ip, port)
 	}
 	return netip.AddrPort{}
+}
+
+// zoneName names an interface index the way udp does (link-local
+// sources only).
+func zoneName(id uint32) string {
+	if ifi, err := net.InterfaceByIndex(int(id)); err == nil {
+		return ifi.Name
+	}
+	return fmt.Sprint(id)
 }

@@ -31,8 +31,15 @@ func TestSockaddrAddr(t *testing.T) {
 		t.Errorf("IPv6: %v, want %v", got, want)
 	}
 	sa.Scope_id = 1 // lo
-	if got := sockaddrAddr(&sa); got.Addr().Zone() == "" {
+	got := sockaddrAddr(&sa)
+	if got.Addr().Zone() == "" {
 		t.Errorf("scoped IPv6: %v has no zone", got)
+	}
+	var z zoneCache
+	for range 2 {
+		if c := z.addr(&sa); c != got {
+			t.Errorf("cached zone: %v, want %v", c, got)
+		}
 	}
 	if got := sockaddrAddr(&unix.RawSockaddrInet6{}); got.IsValid() {
 		t.Errorf("AF_UNSPEC: %v", got)

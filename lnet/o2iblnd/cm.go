@@ -286,6 +286,7 @@ func (c *conn) rejected(ev *rdmacm.Event) {
 	d.mu.Lock()
 	p := c.peer
 	retry := false
+	var stale []*conn
 	switch rej.Why {
 	case lnetwire.KibRejConnRace:
 		d.stats.Races.Add(1)
@@ -296,6 +297,18 @@ func (c *conn) rejected(ev *rdmacm.Event) {
 			p.incarnation = rej.Incarnation
 		} else {
 			p.incarnation = 0
+		}
+		// The peer is another incarnation than the one our CONNREQ
+		// named (c.peerStamp): connections to that one are dead, fail
+		// what they hold now rather than at their timeouts.
+		for _, o := range p.conns {
+			// peerStamp is final once a connection is established.
+			if o == c || o.getState() != connEstablished {
+				continue
+			}
+			if (rej.HasParams && o.peerStamp != rej.Incarnation) || (!rej.HasParams && o.peerStamp == c.peerStamp) {
+				stale = append(stale, o)
+			}
 		}
 		retry = true
 	case lnetwire.KibRejConnUncompat:
@@ -322,6 +335,10 @@ func (c *conn) rejected(ev *rdmacm.Event) {
 	}
 	d.mu.Unlock()
 	d.log.Debug("connection rejected", "peer", c.nid, "why", rej.Why, "retry", retry)
+	for _, o := range stale {
+		d.stats.Stale.Add(1)
+		o.close(errStaleConn)
+	}
 	c.connectFailed(&RejectError{Rej: rej})
 }
 

@@ -279,3 +279,54 @@ func TestEmptyConsumerReject(t *testing.T) {
 			st.Malformed.Load(), st.ConnectFailures.Load(), st.Reconnects.Load())
 	}
 }
+
+// TestStaleRejectClosesOldConns: while the node's own connection attempt
+// to a peer is pending, the peer's connection (incarnation 0xABCDEF) wins
+// the race and is established; then the peer answers the pending attempt
+// with a kib_rej STALE naming incarnation 0x1234. The node closes the
+// connection to the old incarnation at once instead of waiting for its
+// timeouts.
+func TestStaleRejectClosesOldConns(t *testing.T) {
+	x := newNode(t, o2iblnd.Config{})
+	r := newRawPeer(t) // created second: the higher NID wins races
+	if r.nid <= x.nid {
+		t.Fatalf("raw peer %v is not above node %v", r.nid, x.nid)
+	}
+	ch := rdmacm.NewEventChannel()
+	t.Cleanup(func() { ch.Close() })
+	lis, err := r.m.CreateID(ch, nil, rdmacm.PSTCP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Destroy() })
+	if err := lis.BindAddr(netip.AddrPortFrom(r.addr, o2iblnd.DefaultService)); err != nil {
+		t.Fatal(err)
+	}
+	if err := lis.Listen(0); err != nil {
+		t.Fatal(err)
+	}
+	h, err := x.in.MDBind(lnet.MD{Start: make([]byte, 8), Threshold: 1}, lnet.AutoUnlink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.in.Put(lnetwire.NIDAny, h, lnet.AckReqNo, lnetwire.ProcessID{NID: r.nid, PID: x.in.PID()}, e2ePortal, 1, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	req := nextEvent(t, ch)
+	if req.Type != rdmacm.EventConnectRequest {
+		t.Fatalf("listener: %v", req.Type)
+	}
+	if ev := r.connect(t, x, r.connReq(x, nil)); ev.Type != rdmacm.EventEstablished {
+		t.Fatalf("peer's connection: %v", ev.Type)
+	}
+	waitFor(t, "the peer's connection up", func() bool { return x.drv().Conns(r.nid) == 1 })
+	rej := lnetwire.KibRej{Magic: lnetwire.KibMagic, Version: lnetwire.KibVersion2, Why: lnetwire.KibRejConnStale,
+		Incarnation: 0x1234, ConnParams: lnetwire.KibConnParams{QueueDepth: 8, MaxFrags: 257, MaxMsgSize: 4096}}
+	if err := req.ID.Reject(rej.Append(nil)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the old incarnation's connection to close", func() bool { return x.drv().Conns(r.nid) == 0 })
+	if x.drv().Stats().Stale.Load() == 0 {
+		t.Error("stale connection not counted")
+	}
+}

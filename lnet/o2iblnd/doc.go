@@ -33,7 +33,7 @@
 // wins, up to 20 times), closes the connections of a rebooted peer and
 // answers with a CONNACK in the REP private data, or a 24-byte kib_rej in
 // a consumer-defined REJ. The active side retries after RACE, STALE (with
-// the peer's incarnation), UNCOMPAT (with the peer's version),
+// the peer's incarnation; connections to the old one close at once), UNCOMPAT (with the peer's version),
 // MSG_QUEUE_SIZE and RDMA_FRAGS (with the peer's advertised queue depth
 // or max_frags), but only once the failed connection is destroyed; after
 // 10 consecutive reconnects it waits a second. It also retries after a

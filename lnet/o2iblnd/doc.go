@@ -33,19 +33,19 @@
 // wins, up to 20 times), closes the connections of a rebooted peer and
 // answers with a CONNACK in the REP private data, or a 24-byte kib_rej in
 // a consumer-defined REJ. The active side retries after RACE, STALE (with
-// the peer's incarnation; connections to the old one close at once), UNCOMPAT (with the peer's version),
-// MSG_QUEUE_SIZE and RDMA_FRAGS (with the peer's advertised queue depth
-// or max_frags), but only once the failed connection is destroyed; after
-// 10 consecutive reconnects it waits a second. It also retries after a
-// CM-level STALE_CONN: a restarted peer process reuses its address, CA
-// GUID and QPNs, so its first QPN can be one an old connection still
-// holds; the CM that notices (REJ of the REQ, or a refused REP)
-// disconnects the old connection, whose txs fail with error events, and
-// the retry's new QP has a new QPN. A connection to a new incarnation of
-// a peer is counted (Stats.PeerReboots) and logged. Incarnations are the NI's
-// start time in µs; every received message must carry the expected
-// source and destination NIDs and incarnations, or the connection closes
-// (stale).
+// the peer's incarnation; connections to the old one close at once),
+// UNCOMPAT (with the peer's version), MSG_QUEUE_SIZE and RDMA_FRAGS (with
+// the peer's advertised queue depth or max_frags), but only once the
+// failed connection is destroyed; after 10 consecutive reconnects it waits
+// a second. It also retries after a CM-level STALE_CONN: a restarted peer
+// process reuses its address, CA GUID and QPNs, so its first QPN can be
+// one an old connection still holds; the CM that notices (REJ of the REQ,
+// or a refused REP) disconnects the old connection, whose txs fail with
+// error events, and the retry's new QP has a new QPN. A connection to a
+// new incarnation of a peer is counted (Stats.PeerReboots) and logged.
+// Incarnations are the NI's start time in µs; every received message must
+// carry the expected source and destination NIDs and incarnations, or the
+// connection closes (stale).
 //
 // # Flow control (credits.go)
 //

@@ -230,6 +230,11 @@ func TestE2EO2IBPeerKilledAndRestarted(t *testing.T) {
 	if !strings.Contains(a.log.String(), "o2iblnd: peer restarted") || !strings.Contains(a.log.String(), "peer="+ib(b)) {
 		t.Errorf("A did not log B's new incarnation:\n%s", a.log)
 	}
+	// ... and counts it where lnetctl net show -v shows the LND.
+	ls, _ := a.doc("net", "show", "-v", "--net", "o2ib").Path("net", 0, "local NI(s)", 0, "lnd statistics").(Map)
+	if n, ok := ls.Get("peer_reboots").(int64); !ok || n < 1 {
+		t.Errorf("A's net show -v: peer_reboots %v after B restarted:\n%s", ls.Get("peer_reboots"), YAML(ls))
+	}
 }
 
 // TestE2EO2IBPeerRestartedWhileConnected: B is SIGKILLed while idle and

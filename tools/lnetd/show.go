@@ -11,6 +11,7 @@ import (
 
 	"softib/lnet"
 	"softib/lnet/lnd"
+	"softib/lnet/o2iblnd"
 	"softib/lnet/selftest"
 	"softib/lnet/socklnd"
 	"softib/wire/lnetwire"
@@ -454,6 +455,10 @@ func (d *Daemon) netsDoc(filter string, verbose bool) Map {
 			}
 			if drv := d.sock.Driver(inf.NID); drv != nil {
 				m = m.add("lnd statistics", socklndStats(drv.Stats(), drv.Incarnation()))
+			} else if d.o2ib != nil {
+				if drv := d.o2ib.Driver(inf.NID); drv != nil {
+					m = m.add("lnd statistics", o2iblndStats(drv.Stats(), drv.Incarnation()))
+				}
 			}
 			cpt := "[0]"
 			if st != nil && st.cfg.CPT != "" {
@@ -560,6 +565,36 @@ func statsDoc(s lnet.Stats) Map {
 		add("route_count", s.RouteCount).add("drop_count", s.DropCount).
 		add("send_length", s.SendLength).add("recv_length", s.RecvLength).
 		add("route_length", s.RouteLength).add("drop_length", s.DropLength))
+}
+
+// o2iblndStats renders the RDMA LND counters (softib extension of net
+// show -v, like socklndStats); stale counts connections found stale (kib_rej
+// STALE, CM STALE_CONN), peer_reboots new incarnations of peers.
+func o2iblndStats(s *o2iblnd.Stats, incarnation uint64) Map {
+	var rejSent, rejRecv uint64
+	for i := range s.RejectsSent {
+		rejSent += s.RejectsSent[i].Load()
+		rejRecv += s.RejectsRecv[i].Load()
+	}
+	return Map{}.add("incarnation", fmt.Sprintf("%#x", incarnation)).
+		add("conns_active", s.ConnsActive.Load()).
+		add("conns_established", s.ConnsEstablished.Load()).
+		add("conns_closed", s.ConnsClosed.Load()).
+		add("connect_failures", s.ConnectFailures.Load()).
+		add("races", s.Races.Load()).
+		add("reconnects", s.Reconnects.Load()).
+		add("rejects_sent", rejSent).add("rejects_received", rejRecv).
+		add("stale", s.Stale.Load()).
+		add("peer_reboots", s.PeerReboots.Load()).
+		add("tx_msgs", s.TxMsgs.Load()).add("rx_msgs", s.RxMsgs.Load()).
+		add("tx_immediate", s.TxImmediate.Load()).add("tx_rdma", s.TxRDMA.Load()).
+		add("rdma_bytes", s.RDMABytes.Load()).
+		add("noops_sent", s.TxNoops.Load()).add("noops_received", s.RxNoops.Load()).
+		add("keepalives_sent", s.Keepalives.Load()).
+		add("malformed", s.Malformed.Load()).
+		add("credit_overflow", s.CreditOverflow.Load()).
+		add("tx_timeouts", s.TxTimeouts.Load()).
+		add("put_naks", s.PutNaks.Load())
 }
 
 // socklndStats renders the TCP LND counters (softib extension of

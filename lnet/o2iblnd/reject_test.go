@@ -330,3 +330,59 @@ func TestStaleRejectClosesOldConns(t *testing.T) {
 		t.Error("stale connection not counted")
 	}
 }
+
+// TestFatalRejectFailsTx: a peer refusing our CONNREQ with a kib_rej
+// FATAL (as a Linux peer does for a CONNREQ it cannot accept) fails the
+// queued send with an error event at once: no retry, no wait for the tx
+// timeout. Likewise a reject the active side cannot act on (a queue-size
+// reject without parameters).
+func TestFatalRejectFailsTx(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rej  lnetwire.KibRej
+	}{
+		{"fatal", lnetwire.KibRej{Magic: lnetwire.KibMagic, Version: lnetwire.KibVersion2, Why: lnetwire.KibRejFatal}},
+		{"queue size without params", lnetwire.KibRej{Magic: lnetwire.KibMagic, Version: lnetwire.KibVersion2, Why: lnetwire.KibRejMsgQueueSize}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRawPeer(t)
+			x := newNode(t, o2iblnd.Config{})
+			ch := rdmacm.NewEventChannel()
+			t.Cleanup(func() { ch.Close() })
+			lis, err := r.m.CreateID(ch, nil, rdmacm.PSTCP)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { lis.Destroy() })
+			if err := lis.BindAddr(netip.AddrPortFrom(r.addr, o2iblnd.DefaultService)); err != nil {
+				t.Fatal(err)
+			}
+			if err := lis.Listen(0); err != nil {
+				t.Fatal(err)
+			}
+			h, err := x.in.MDBind(lnet.MD{Start: make([]byte, 8), Threshold: 1, EQ: x.eq}, lnet.AutoUnlink)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := x.in.Put(lnetwire.NIDAny, h, lnet.AckReqNo, lnetwire.ProcessID{NID: r.nid, PID: x.in.PID()}, e2ePortal, 1, 0, 0); err != nil {
+				t.Fatal(err)
+			}
+			ev := nextEvent(t, ch)
+			if ev.Type != rdmacm.EventConnectRequest {
+				t.Fatalf("listener: %v", ev.Type)
+			}
+			rej := tc.rej
+			if err := ev.ID.Reject(rej.Append(nil)); err != nil {
+				t.Fatal(err)
+			}
+			if e := poll(t, x); e.Type != lnet.EventSend || e.Status == nil {
+				t.Fatalf("PUT to a refusing peer: %v status %v", e.Type, e.Status)
+			}
+			st := x.drv().Stats()
+			if st.RejectsRecv[tc.rej.Why].Load() != 1 || st.Reconnects.Load() != 0 || st.Malformed.Load() != 0 {
+				t.Errorf("rejects %d, reconnects %d, malformed %d; want 1, 0, 0",
+					st.RejectsRecv[tc.rej.Why].Load(), st.Reconnects.Load(), st.Malformed.Load())
+			}
+		})
+	}
+}

@@ -232,7 +232,11 @@ func (r *reader) drain(msgs []Message) int {
 		h := &r.hdrs[i]
 		total := int(h.Len)
 		seg := total
-		if h.Hdr.Flags&unix.MSG_TRUNC == 0 {
+		// MSG_CTRUNC: the kernel had more control data than fits, so
+		// a UDP_GRO size may be missing and the datagram may hold
+		// several segments: it cannot be split safely.
+		bad := h.Hdr.Flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0
+		if !bad {
 			// Only the control bytes this receive returned: the rest of
 			// the slot may hold a stale UDP_GRO size from an earlier
 			// receive, which would split a plain datagram.
@@ -248,7 +252,7 @@ func (r *reader) drain(msgs []Message) int {
 		for r.off < total && n < len(msgs) {
 			l := min(seg, total-r.off)
 			m := &msgs[n]
-			if l > cap(m.Buf) || h.Hdr.Flags&unix.MSG_TRUNC != 0 {
+			if l > cap(m.Buf) || bad {
 				r.s.Stats.RxTruncated.Inc()
 			} else {
 				m.N = copy(m.Buf[:cap(m.Buf)], r.bufs[i][r.off:r.off+l])

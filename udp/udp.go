@@ -157,7 +157,7 @@ type Stats struct {
 	RxDatagrams  stats.Counter // datagrams handed to callers
 	RxSyscalls   stats.Counter // successful recvmmsg calls
 	RxGROSplit   stats.Counter // GRO super-datagrams split up
-	RxTruncated  stats.Counter // datagrams larger than the caller's buffer, dropped
+	RxTruncated  stats.Counter // datagrams larger than the caller's buffer (or with truncated control data), dropped
 	TxDatagrams  stats.Counter // datagrams sent
 	TxSyscalls   stats.Counter // successful sendmmsg calls
 	TxGSOBatches stats.Counter // GSO super-datagrams sent

@@ -12,7 +12,8 @@ import (
 
 // groBenchWrite measures RC RDMA WRITE bandwidth of size-byte messages
 // (32 in flight, path MTU 4096) between two devices whose sockets use uc.
-// It reports GB/s and the receive syscalls per MiB written.
+// It reports GB/s and the receiver's udp.ReadBatch recvmmsg calls per
+// MiB written (0 when rxe reads a GRO-less socket itself, busypoll.go).
 func groBenchWrite(b *testing.B, size int, uc udp.Config) {
 	const depth = 32
 	var socks [2]*udp.Socket
@@ -70,5 +71,27 @@ func BenchmarkGROWrite(b *testing.B) {
 	}{{"64KiB", 64 << 10}, {"1MiB", 1 << 20}} {
 		b.Run(size.name+"/gro", func(b *testing.B) { groBenchWrite(b, size.n, udp.Config{}) })
 		b.Run(size.name+"/nogro", func(b *testing.B) { groBenchWrite(b, size.n, udp.Config{DisableGRO: true}) })
+	}
+}
+
+// BenchmarkGROWriteLevers measures udp-side settings with GRO on: batch
+// size (messages per sendmmsg/recvmmsg) and socket buffer size.
+func BenchmarkGROWriteLevers(b *testing.B) {
+	for _, size := range []struct {
+		name string
+		n    int
+	}{{"64KiB", 64 << 10}, {"1MiB", 1 << 20}} {
+		for _, lv := range []struct {
+			name string
+			uc   udp.Config
+		}{
+			{"batch16", udp.Config{BatchSize: 16}},
+			{"batch64", udp.Config{}},
+			{"batch256", udp.Config{BatchSize: 256}},
+			{"buf1M", udp.Config{ReadBuffer: 1 << 20, WriteBuffer: 1 << 20}},
+			{"buf32M", udp.Config{ReadBuffer: 32 << 20, WriteBuffer: 32 << 20}},
+		} {
+			b.Run(size.name+"/"+lv.name, func(b *testing.B) { groBenchWrite(b, size.n, lv.uc) })
+		}
 	}
 }

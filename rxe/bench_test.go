@@ -45,34 +45,39 @@ func pollSpin(tb testing.TB, cq verbs.CQ, wc []verbs.WC) {
 	}
 }
 
-// busySpin is how many empty polls pollBusy makes before it sleeps on
-// the completion channel.
-const busySpin = 1000
+// busySpin bounds how long pollBusy spins before it sleeps on the
+// completion channel.
+const busySpin = 50 * time.Microsecond
 
 // pollBusy waits for one completion by polling, the busy-poll style of
-// perftest and rdmautil.Waiter: in busy-poll mode each empty Poll
-// receives from the socket itself. After busySpin empty polls it arms
-// the CQ and sleeps, so that a peer whose thread the OS descheduled gets
-// the core back instead of waiting out our time slice.
+// perftest and rdmautil.Waiter: each empty Poll may receive from the
+// socket itself. After busySpin of empty polls it arms the CQ and
+// sleeps, so that a peer whose thread the OS descheduled (a loaded
+// 2-core machine) gets the core back instead of waiting out our spin.
 func pollBusy(tb testing.TB, cq verbs.CQ, wc []verbs.WC, stop <-chan struct{}) bool {
+	var start time.Time
 	for i := 0; ; i++ {
 		n, err := cq.Poll(wc[:1])
 		if err != nil {
 			tb.Fatal(err)
 		}
-		if n == 0 && i >= busySpin {
-			cq.ReqNotify(false)
-			if n, err = cq.Poll(wc[:1]); err != nil {
-				tb.Fatal(err)
-			}
-			if n == 0 {
-				select {
-				case <-cq.Channel().C():
-				case <-stop:
-					return false
+		if n == 0 && i%16 == 15 {
+			if start.IsZero() {
+				start = time.Now()
+			} else if time.Since(start) > busySpin {
+				cq.ReqNotify(false)
+				if n, err = cq.Poll(wc[:1]); err != nil {
+					tb.Fatal(err)
 				}
-				i = 0
-				continue
+				if n == 0 {
+					select {
+					case <-cq.Channel().C():
+					case <-stop:
+						return false
+					}
+					i, start = 0, time.Time{}
+					continue
+				}
 			}
 		}
 		if n == 1 {

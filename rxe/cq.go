@@ -212,16 +212,20 @@ func (cq *CQ) Destroy() error {
 // softib convenience for tests and simple tools (a completion channel is
 // the verbs way).
 func (cq *CQ) Wait(timeout time.Duration) bool {
+	// The timer's own flag ends the wait: comparing the clock with a
+	// deadline taken after the timer started could miss its only
+	// wakeup and sleep forever.
+	expired := false
 	t := time.AfterFunc(timeout, func() {
 		cq.mu.Lock()
+		expired = true
 		cq.waitCond.Broadcast()
 		cq.mu.Unlock()
 	})
 	defer t.Stop()
-	deadline := time.Now().Add(timeout)
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
-	for cq.n == 0 && !cq.dead && !cq.overrun && time.Now().Before(deadline) {
+	for cq.n == 0 && !cq.dead && !cq.overrun && !expired {
 		cq.waitCond.Wait()
 	}
 	return cq.n > 0

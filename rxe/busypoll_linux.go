@@ -16,11 +16,12 @@ import (
 )
 
 // sockReader reads a *udp.Socket's file descriptor directly with
-// non-blocking recvmmsg, for busy-poll mode. udp.Conn has no
+// non-blocking recvmmsg, for the receive token (busypoll.go). udp.Conn has no
 // non-blocking read; this is the minimal local one, and it only serves
 // sockets without GRO (datagrams are received straight into the
 // caller's buffers, one per message). Its state is guarded by the
-// device's receive token.
+// device's receive token. The vector keeps pointing into the device's
+// receive batch between reads (those buffers are the batch's anyway).
 //
 // The reads run inside RawConn.Control (tryRead) or RawConn.Read (wait):
 // Control does not take the descriptor's read lock, so a poller can read
@@ -32,8 +33,10 @@ type sockReader struct {
 	names []unix.RawSockaddrInet6
 
 	zone  zoneCache
-	fd    uintptr // descriptor inside the current callback
+	fd    uintptr      // descriptor inside the current callback
+	base  *udp.Message // the messages the vector points into
 	vlen  int
+	dirty int // entries [0, dirty) must be set up again before a read
 	n     int
 	errno syscall.Errno
 	ready func() bool
@@ -77,7 +80,6 @@ func (r *sockReader) waitCallback(fd uintptr) bool {
 func (r *sockReader) tryRead(msgs []udp.Message) (int, error) {
 	r.prepare(msgs)
 	if err := r.rc.Control(r.ctlFn); err != nil {
-		r.clear()
 		return 0, err
 	}
 	return r.finish(msgs)
@@ -96,10 +98,20 @@ func (r *sockReader) readNow(msgs []udp.Message) (int, error) {
 	return r.finish(msgs)
 }
 
-// prepare points the recvmmsg vector at msgs' buffers.
+// prepare points the recvmmsg vector at msgs' buffers. The vector stays
+// set up between reads: only the entries the last read filled (whose
+// buffers the caller may have replaced, and whose lengths and flags the
+// kernel changed) are redone, so an empty read costs only the syscall.
 func (r *sockReader) prepare(msgs []udp.Message) {
-	r.vlen = min(len(msgs), len(r.hdrs))
-	for i := range r.vlen {
+	v := min(len(msgs), len(r.hdrs))
+	if v == 0 {
+		r.vlen = 0
+		return
+	}
+	if &msgs[0] != r.base || v != r.vlen {
+		r.base, r.vlen, r.dirty = &msgs[0], v, v
+	}
+	for i := range r.dirty {
 		b := msgs[i].Buf
 		iov := &r.iovs[i]
 		iov.Base = unsafe.SliceData(b)
@@ -113,6 +125,7 @@ func (r *sockReader) prepare(msgs []udp.Message) {
 		h.SetControllen(0)
 		h.Flags = 0
 	}
+	r.dirty = 0
 	r.n, r.errno = 0, 0
 }
 
@@ -132,7 +145,6 @@ func (r *sockReader) syscall(fd uintptr) {
 // longer than its buffer gets N = -1 (queueBatch drops and counts it),
 // so that every datagram stays in the slot the kernel filled.
 func (r *sockReader) finish(msgs []udp.Message) (int, error) {
-	r.clear()
 	switch r.errno {
 	case 0:
 	case unix.EAGAIN:
@@ -140,6 +152,7 @@ func (r *sockReader) finish(msgs []udp.Message) (int, error) {
 	default:
 		return 0, os.NewSyscallError("recvmmsg", r.errno)
 	}
+	r.dirty = r.n
 	for i := range r.n {
 		h := &r.hdrs[i]
 		if h.Hdr.Flags&unix.MSG_TRUNC != 0 {
@@ -150,13 +163,6 @@ func (r *sockReader) finish(msgs []udp.Message) (int, error) {
 		msgs[i].Addr = r.zone.addr(&r.names[i])
 	}
 	return r.n, nil
-}
-
-// clear drops the references to the callers' buffers.
-func (r *sockReader) clear() {
-	for i := range r.vlen {
-		r.iovs[i].Base = nil
-	}
 }
 
 // zoneCache remembers the zone name of the last IPv6 scope ID, so that

@@ -8,10 +8,10 @@ import (
 )
 
 // TestDeferredAckIdleReader: a completion wakes a channel reader, which
-// then never calls rxe (no post, no poll). The receive round keeps its
-// ACK for the reader's post, so the ACK must still leave by the deferral
-// deadline: the sender's signaled SEND completes without a
-// retransmission (ACK timeout 4.3 s) and the deferral is counted.
+// then never calls rxe (no post, no poll). The receive round yields to
+// the reader and keeps its ACK for the reader's post, so the ACK must
+// still leave when the receive goroutine runs again: the sender's
+// signaled SEND completes without a retransmission (ACK timeout 4.3 s).
 func TestDeferredAckIdleReader(t *testing.T) {
 	x, y := pair(t, verbs.QPTypeRC, rxe.Config{}, connOpts{timeout: 20}, 4096)
 	for i := range 20 {
@@ -28,10 +28,6 @@ func TestDeferredAckIdleReader(t *testing.T) {
 		wantOK(t, waitWC(t, x.cq, 1)[0], verbs.WCSend)
 		<-woke
 		wantOK(t, waitWC(t, y.cq, 1)[0], verbs.WCRecv)
-	}
-	st := rxe.CQDeviceStats(y.cq)
-	if st["RespDeferred"] == 0 {
-		t.Errorf("no ACK was deferred: %v", st)
 	}
 	wantClean(t, x.cq)
 	wantClean(t, y.cq)

@@ -39,24 +39,22 @@
 // Reading the socket is a token (busypoll.go). A CQ Poll that finds its
 // CQ empty — every time in busy-poll mode (DeviceConfig.BusyPoll), else
 // once the application has been spinning on Poll (Config.PollRxAfter
-// empty polls in a row) — takes the token if it is free, reads one batch
-// with a non-blocking recvmmsg and runs the QPs inline, so the
+// empty polls in a row) — takes the token if it is free, reads one
+// batch with a non-blocking recvmmsg and runs the QPs inline, so the
 // completion appears in the polling goroutine itself: no wakeup, no
 // scheduler hand-off. The round keeps its ACKs queued for the poller's
 // next post on the QP (its reply rides in the same sendmmsg), its next
-// empty Poll, or at the latest a 100 µs QP deadline; the receive
-// goroutine does the same when the reader it woke has not posted by the
-// time it runs again. The receive goroutine parks in the netpoller and
-// takes the token when the socket is readable, so a device that nobody
-// polls, and an application that sleeps on its completion channel, work
-// as before. Nothing spins inside rxe: the application spins by calling
-// Poll (and should sleep on the completion channel after a while: on a
-// shared machine an endless spinner waits out the time slices of
-// whatever the OS runs instead of its peer). udp.Conn has no
-// non-blocking read, so the token path reads a Linux *udp.Socket without
-// GRO through its RawConn; other Conns keep the receive goroutine on
-// ReadBatch (in busy-poll mode spinning in it, as udp.Config.BusyPoll
-// does).
+// empty Poll, or at the latest a 100 µs QP deadline. The receive
+// goroutine parks in the netpoller and takes the token when the socket
+// is readable, so a device that nobody polls, and an application that
+// sleeps on its completion channel, work as before. Nothing spins
+// inside rxe: the application spins by calling Poll, and should sleep
+// on the completion channel after a few tens of µs: on a shared machine
+// an endless spinner waits out the time slices of whatever the OS runs
+// instead of its peer. udp.Conn has no non-blocking read, so the token
+// path reads a Linux *udp.Socket without GRO through its RawConn; other
+// Conns keep the receive goroutine on ReadBatch (in busy-poll mode
+// spinning in it, as udp.Config.BusyPoll does).
 //
 // Where softib differs from Linux rxe, and why:
 //   - Every packet leaves from the socket's bound UDP port: a udp.Conn has

@@ -524,9 +524,10 @@ const (
 	// completions woke a channel reader gives that reader the CPU before
 	// sending its responses.
 	sendYield
-	// sendDefer (a busy-poll CQ poller, busypoll.go): a round that pushed
-	// a completion keeps its responses queued for the poller's next post
-	// on the QP, its next empty Poll or, at the latest, respDeferMax.
+	// sendDefer (a CQ poller holding the receive token, busypoll.go): a
+	// round that pushed a completion keeps its responses queued for the
+	// poller's next post on the QP, its next empty Poll or, at the
+	// latest, respDeferMax.
 	sendDefer
 )
 

@@ -161,7 +161,9 @@ func BenchmarkRCWrite(b *testing.B) {
 // benchPingPong: busyDev sets DeviceConfig.BusyPoll; busy makes both
 // sides wait with pollBusy (spinning on Poll) instead of pollSpin.
 func benchPingPong(b *testing.B, busyDev, busy bool, typ verbs.QPType) {
-	cfg := rxe.Config{DeviceConfig: verbs.DeviceConfig{NetMTU: 9000, BusyPoll: busyDev}}
+	// Spinning waiters get a device without GRO, as the latency tools
+	// open theirs, so that Poll can take over the receive.
+	cfg := rxe.Config{DeviceConfig: verbs.DeviceConfig{NetMTU: 9000, BusyPoll: busyDev, NoRxCoalescing: busy}}
 	x, y := pair(b, typ, cfg, connOpts{mtu: verbs.MTU4096}, 4096)
 	wcx, wcy := make([]verbs.WC, 1), make([]verbs.WC, 1)
 	rx := []verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{x.mr.SGE(0, 64)}}}
@@ -249,8 +251,9 @@ func reportLatency(b *testing.B, lat []int64) {
 func BenchmarkRCSendPingPong(b *testing.B) {
 	b.Run("normal", func(b *testing.B) { benchPingPong(b, false, false, verbs.QPTypeRC) })
 	b.Run("busypoll", func(b *testing.B) { benchPingPong(b, true, true, verbs.QPTypeRC) })
-	// A normal device with spinning waiters (perftest's default): Poll
-	// takes over the receive after PollRxAfter empty polls.
+	// A device without GRO (NoRxCoalescing, as the latency tools open
+	// theirs) and spinning waiters (perftest's default): Poll takes over
+	// the receive after PollRxAfter empty polls.
 	b.Run("spin", func(b *testing.B) { benchPingPong(b, false, true, verbs.QPTypeRC) })
 	b.Run("UC", func(b *testing.B) { benchPingPong(b, false, false, verbs.QPTypeUC) })
 }

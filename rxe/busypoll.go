@@ -3,7 +3,8 @@ package rxe
 import "softib/udp"
 
 // Poll-driven receive. On a socket that allows non-blocking reads
-// (pollSock; Linux *udp.Socket without GRO, the default), reading the
+// (pollSock; Linux *udp.Socket without GRO: busy-poll devices and those
+// opened with DeviceConfig.NoRxCoalescing), reading the
 // socket is a token: the holder of Device.rxTok is the only reader, owns
 // Device.rb and the ICRC cache, and processes what it read before
 // letting go. The token is taken by

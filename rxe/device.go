@@ -127,11 +127,11 @@ func Open(cfg Config) (verbs.Device, error) {
 			uc = *c.UDP
 		}
 		uc.BusyPoll = uc.BusyPoll || c.BusyPoll
-		if c.UDP == nil {
-			// GRO stays off by default: with it on, 1 MiB READ/WRITE
-			// streams under -race still see runts (HdrTooShort) and
-			// retries, even after the stale-cmsg fix in udp. Callers
-			// can opt in through Config.UDP.
+		// GRO is on by default (15-40% more bandwidth); the receive
+		// token's non-blocking reader (busypoll_linux.go) handles
+		// plain datagrams only, so busy-poll and latency-bound
+		// devices receive without it.
+		if c.BusyPoll || c.NoRxCoalescing {
 			uc.DisableGRO = true
 		}
 		s, err := udp.Listen(netip.AddrPortFrom(c.Addr.Unmap(), c.Port), &uc)

@@ -68,7 +68,10 @@
 //     misses ends in a retransmission instead of misplaced data.
 //   - ACKs carry real end-to-end credits only with
 //     Config.AdvertiseCredits; requesters always honour credits.
-//   - Sockets opened here receive without UDP GRO (see Open).
+//   - Sockets opened here receive with UDP GRO unless the device is
+//     busy-polled or DeviceConfig.NoRxCoalescing is set: the receive
+//     token's non-blocking reader takes plain datagrams only, so a GRO
+//     device's pollers leave the socket to the receive goroutine.
 //
 // Tests that open devices on real sockets should use addresses in 127/8
 // unique to the test binary, so that packages tested in parallel do not
@@ -147,8 +150,8 @@ type Config struct {
 	// Close.
 	Conn udp.Conn
 	// UDP configures the socket Open creates when Conn is nil. BusyPoll is
-	// forced on when DeviceConfig.BusyPoll is set. When UDP is nil, GRO is
-	// off (see Open); a non-nil UDP decides for itself.
+	// forced on when DeviceConfig.BusyPoll is set; GRO is forced off when
+	// DeviceConfig.BusyPoll or NoRxCoalescing is set.
 	UDP *udp.Config
 	// VerifyICRCv4 verifies the ICRC of IPv4 packets too, assuming IP ID
 	// 0 as softib (and any sender with DF on an unconnected socket) uses.

@@ -25,6 +25,11 @@ type DeviceConfig struct {
 	// BusyPoll makes the device poll its socket without parking, trading a
 	// CPU core for latency.
 	BusyPoll bool
+	// NoRxCoalescing turns off receive coalescing (UDP GRO on rxe), which
+	// raises bandwidth but keeps an application that polls its CQ from
+	// reading the socket itself: latency-bound programs (ping-pongs,
+	// latency tests) set it. BusyPoll implies it.
+	NoRxCoalescing bool
 }
 
 // DeviceAttr are a device's capabilities (ibv_device_attr).

@@ -19,7 +19,6 @@ import (
 	"softib/lnet/socklnd"
 	"softib/rdmacm"
 	"softib/rxe"
-	"softib/udp"
 	"softib/verbs"
 	"softib/wire/lnetwire"
 )
@@ -280,10 +279,7 @@ func (c *Cluster) Stack() string {
 	return s + "; lnet_selftest console on " + c.Nodes[0].TCP.String()
 }
 
-// openRXE opens a Soft-RoCE device receiving without UDP GRO: with GRO on
-// (rxe's default since daad01e) 1 MiB transfers between devices in one
-// process lose packets under load or -race (HdrTooShort and BadResp
-// counts, then retry-exceeded QPs), which the demo must not show.
+// openRXE opens a Soft-RoCE device with rxe's defaults (UDP GRO on).
 func openRXE(dc verbs.DeviceConfig) (verbs.Device, error) {
-	return rxe.Open(rxe.Config{DeviceConfig: dc, UDP: &udp.Config{DisableGRO: true}})
+	return rxe.Open(rxe.Config{DeviceConfig: dc})
 }

@@ -47,6 +47,9 @@ type Options struct {
 	NetMTU int
 	// BusyPoll makes the device spin on its socket for lower latency.
 	BusyPoll bool
+	// NoRxCoalescing receives without UDP GRO (verbs.DeviceConfig
+	// NoRxCoalescing): latency tools set it before Register.
+	NoRxCoalescing bool
 }
 
 // NewOptions returns Options with GIDIndex unset (-1).
@@ -71,6 +74,7 @@ func (o *Options) Register(fs *flag.FlagSet, gidDefault int, gidFlags ...string)
 	}
 	fs.IntVar(&o.NetMTU, "net-mtu", o.NetMTU, "link `MTU` the device assumes (default 1500; 4096-byte IB MTU needs 4176 or more)")
 	fs.BoolVar(&o.BusyPoll, "busy-poll", o.BusyPoll, "busy-poll the device socket (lower latency, one CPU spinning)")
+	fs.BoolVar(&o.NoRxCoalescing, "no-gro", o.NoRxCoalescing, "receive without UDP GRO: a polling tool then reads the socket itself (lower latency, less bandwidth; on by default for latency tests and ping-pongs)")
 }
 
 // Port returns the IB port number (1 when unset).
@@ -153,7 +157,7 @@ func (o *Options) Config() (verbs.DeviceConfig, error) {
 	if o.UDPPort > 65535 || o.PeerUDPPort > 65535 {
 		return verbs.DeviceConfig{}, fmt.Errorf("UDP port out of range (0-65535)")
 	}
-	return verbs.DeviceConfig{Name: o.Name, Addr: a, Port: uint16(o.UDPPort), NetMTU: o.NetMTU, BusyPoll: o.BusyPoll}, nil
+	return verbs.DeviceConfig{Name: o.Name, Addr: a, Port: uint16(o.UDPPort), NetMTU: o.NetMTU, BusyPoll: o.BusyPoll, NoRxCoalescing: o.NoRxCoalescing}, nil
 }
 
 // Open opens the device the options describe and checks the IB port and

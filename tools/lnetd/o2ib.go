@@ -12,7 +12,6 @@ import (
 	"softib/lnet/o2iblnd"
 	"softib/rdmacm"
 	"softib/rxe"
-	"softib/udp"
 	"softib/verbs"
 	"softib/wire/lnetwire"
 )
@@ -46,9 +45,8 @@ func openO2IB(ni NIConfig, lt Settings) (o2iblnd.Config, *rdmaNI, error) {
 		return o2iblnd.Config{}, nil, err
 	}
 	name := fmt.Sprintf("rxe_lnetd%d", rxeSeq.Add(1)-1)
-	// GRO off, as tools/demo: 1 MiB transfers between devices on one
-	// host lose datagrams with it under load.
-	dev, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Name: name, Addr: addr}, UDP: &udp.Config{DisableGRO: true}})
+	// rxe's defaults (UDP GRO on: bulk RDMA is what an LND moves).
+	dev, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Name: name, Addr: addr}})
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
 			return o2iblnd.Config{}, nil, fmt.Errorf("rxe device on %v: %w (UDP %d is taken on this address: another softib node or Linux rdma_rxe? give each node its own address)",

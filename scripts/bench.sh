@@ -34,7 +34,7 @@ gobench ./rdmacm 'BenchmarkConnect'
 echo "## LNet"
 gobench ./lnet 'BenchmarkPut|BenchmarkGet|BenchmarkPing'
 gobench ./lnet/socklnd 'BenchmarkSocklndPut1M$|BenchmarkRawTCP1M|BenchmarkSocklndPut0'
-gobench ./lnet/o2iblnd 'BenchmarkO2ibPut1M'
+gobench ./lnet/o2iblnd 'BenchmarkO2ibPut1M|BenchmarkRCWrite1M'
 gobench ./lnet/selftest 'BenchmarkBRW'
 
 echo "## libfabric tcp provider (Debian libfabric-bin), fi_pingpong on loopback"

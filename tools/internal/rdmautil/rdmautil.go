@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"time"
 
 	"softib/verbs"
 )
@@ -15,6 +16,12 @@ import (
 // DefaultSpin is how many empty polls Waiter makes before it arms the CQ
 // and sleeps on its channel.
 const DefaultSpin = 2000
+
+// MaxSpinTime bounds a Waiter's spinning in time as well: an empty Poll
+// may be a non-blocking recvmmsg (rxe's receive token), so 2000 of them
+// can burn milliseconds of a shared CPU; 200 µs covers several loopback
+// round trips.
+const MaxSpinTime = 200 * time.Microsecond
 
 // NewCQ creates a CQ of at least cqe entries with a completion channel of
 // its own, so that a Waiter can sleep on it.
@@ -39,6 +46,7 @@ func (w *Waiter) Wait(ctx context.Context, wcs []verbs.WC) (int, error) {
 		if spin <= 0 {
 			spin = DefaultSpin
 		}
+		t0 := time.Now()
 		for i := range spin {
 			n, err := w.CQ.Poll(wcs)
 			if n > 0 || err != nil {
@@ -47,6 +55,9 @@ func (w *Waiter) Wait(ctx context.Context, wcs []verbs.WC) (int, error) {
 			if i%64 == 63 {
 				if err := ctx.Err(); err != nil {
 					return 0, err
+				}
+				if time.Since(t0) > MaxSpinTime {
+					break
 				}
 				runtime.Gosched()
 			}

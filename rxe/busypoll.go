@@ -26,19 +26,12 @@ import "softib/udp"
 // rounds), and TryLock makes every poller but one return at once, so a
 // device has one socket spinner at most.
 
-// pollSock is the non-blocking socket access busy-poll mode needs.
+// pollSock is the non-blocking socket access busy-poll mode needs
+// (udp.PollReader on Linux; see its doc for the contract of each method).
 type pollSock interface {
-	// tryRead receives into msgs without blocking; 0 when no datagram
-	// is queued.
-	tryRead(msgs []udp.Message) (int, error)
-	// wait calls ready from a netpoller callback until it returns true,
-	// parking while the socket is not readable in between. ready reads
-	// with readNow, and returning false is only allowed after readNow
-	// found the socket empty (the netpoller is edge-triggered: the
-	// readiness of data queued before that read is not signalled).
-	wait(ready func() bool) error
-	// readNow is tryRead for use inside wait's callback.
-	readNow(msgs []udp.Message) (int, error)
+	TryRead(msgs []udp.Message) (int, error)
+	Wait(ready func() bool) error
+	ReadNow(msgs []udp.Message) (int, error)
 }
 
 // rxPollState is the receive goroutine's state across wait callbacks.
@@ -54,7 +47,7 @@ func (d *Device) rxLoopPoll() {
 	ready := d.rxReady // one method value: no allocation per wait
 	for {
 		st.got, st.taken, st.err = 0, false, nil
-		if err := d.sr.wait(ready); err != nil {
+		if err := d.sr.Wait(ready); err != nil {
 			d.linkDown()
 			return
 		}
@@ -63,7 +56,7 @@ func (d *Device) rxLoopPoll() {
 			// read what it may have left, since the edge that woke us
 			// is spent.
 			d.rxTok.Lock()
-			st.got, st.err = d.sr.tryRead(d.rb.msgs)
+			st.got, st.err = d.sr.TryRead(d.rb.msgs)
 		}
 		// The token is held here.
 		if st.err != nil {
@@ -89,7 +82,7 @@ func (d *Device) rxReady() bool {
 		st.taken = true
 		return true
 	}
-	n, err := d.sr.readNow(d.rb.msgs)
+	n, err := d.sr.ReadNow(d.rb.msgs)
 	if err != nil {
 		st.err = err
 		return true
@@ -109,7 +102,7 @@ func (d *Device) pollRx() bool {
 		return false
 	}
 	// Errors are left to the receive goroutine, which reports them.
-	n, _ := d.sr.tryRead(d.rb.msgs)
+	n, _ := d.sr.TryRead(d.rb.msgs)
 	if n > 0 {
 		d.stats.PollRxBatches.Inc()
 		d.queueBatch(d.rb, n)

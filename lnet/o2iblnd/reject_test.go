@@ -236,13 +236,11 @@ func TestActiveRetries(t *testing.T) {
 	putGet(t, d, c, 1000, 3, 1)
 }
 
-// TestEmptyConsumerReject: a peer whose RDMA CM refuses the request with
-// a consumer-defined REJ and no kib_rej (zero private data) is a plain
-// refusal: the send fails with an error event, nothing is counted
-// malformed and no reconnect is planned.
-func TestEmptyConsumerReject(t *testing.T) {
-	r := newRawPeer(t)
-	x := newNode(t, o2iblnd.Config{})
+// putRefused has x PUT to the raw peer r, whose listener rejects the
+// connection request with private data pd, and wants the PUT's SEND event
+// to carry an error.
+func putRefused(t *testing.T, r *rawPeer, x *node, pd []byte) {
+	t.Helper()
 	ch := rdmacm.NewEventChannel()
 	t.Cleanup(func() { ch.Close() })
 	lis, err := r.m.CreateID(ch, nil, rdmacm.PSTCP)
@@ -267,12 +265,22 @@ func TestEmptyConsumerReject(t *testing.T) {
 	if ev.Type != rdmacm.EventConnectRequest {
 		t.Fatalf("listener: %v", ev.Type)
 	}
-	if err := ev.ID.Reject(nil); err != nil {
+	if err := ev.ID.Reject(pd); err != nil {
 		t.Fatal(err)
 	}
 	if e := poll(t, x); e.Type != lnet.EventSend || e.Status == nil {
 		t.Fatalf("PUT to a refusing peer: %v status %v", e.Type, e.Status)
 	}
+}
+
+// TestEmptyConsumerReject: a peer whose RDMA CM refuses the request with
+// a consumer-defined REJ and no kib_rej (zero private data) is a plain
+// refusal: the send fails with an error event, nothing is counted
+// malformed and no reconnect is planned.
+func TestEmptyConsumerReject(t *testing.T) {
+	r := newRawPeer(t)
+	x := newNode(t, o2iblnd.Config{})
+	putRefused(t, r, x, nil)
 	st := x.drv().Stats()
 	if st.Malformed.Load() != 0 || st.ConnectFailures.Load() != 1 || st.Reconnects.Load() != 0 {
 		t.Errorf("malformed %d, connect failures %d, reconnects %d; want 0, 1, 0",
@@ -347,37 +355,8 @@ func TestFatalRejectFailsTx(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRawPeer(t)
 			x := newNode(t, o2iblnd.Config{})
-			ch := rdmacm.NewEventChannel()
-			t.Cleanup(func() { ch.Close() })
-			lis, err := r.m.CreateID(ch, nil, rdmacm.PSTCP)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { lis.Destroy() })
-			if err := lis.BindAddr(netip.AddrPortFrom(r.addr, o2iblnd.DefaultService)); err != nil {
-				t.Fatal(err)
-			}
-			if err := lis.Listen(0); err != nil {
-				t.Fatal(err)
-			}
-			h, err := x.in.MDBind(lnet.MD{Start: make([]byte, 8), Threshold: 1, EQ: x.eq}, lnet.AutoUnlink)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := x.in.Put(lnetwire.NIDAny, h, lnet.AckReqNo, lnetwire.ProcessID{NID: r.nid, PID: x.in.PID()}, e2ePortal, 1, 0, 0); err != nil {
-				t.Fatal(err)
-			}
-			ev := nextEvent(t, ch)
-			if ev.Type != rdmacm.EventConnectRequest {
-				t.Fatalf("listener: %v", ev.Type)
-			}
 			rej := tc.rej
-			if err := ev.ID.Reject(rej.Append(nil)); err != nil {
-				t.Fatal(err)
-			}
-			if e := poll(t, x); e.Type != lnet.EventSend || e.Status == nil {
-				t.Fatalf("PUT to a refusing peer: %v status %v", e.Type, e.Status)
-			}
+			putRefused(t, r, x, rej.Append(nil))
 			st := x.drv().Stats()
 			if st.RejectsRecv[tc.rej.Why].Load() != 1 || st.Reconnects.Load() != 0 || st.Malformed.Load() != 0 {
 				t.Errorf("rejects %d, reconnects %d, malformed %d; want 1, 0, 0",

@@ -82,7 +82,7 @@ func TestCaptureVerdict(t *testing.T) {
 	if note, err := st.verdict(sibIP, rxeIP); err != nil {
 		t.Fatalf("clean capture failed: %v (%s)", err, note)
 	}
-	if s := st.side(rxeIP); s.frames != 2 || s.naks != 1 || s.badICRC != 0 {
+	if s := st.side(rxeIP); s.Frames != 2 || s.NAKs != 1 || s.BadICRC != 0 {
 		t.Fatalf("rxe side %+v", *s)
 	}
 

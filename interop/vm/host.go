@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -61,64 +63,80 @@ func TCPListening(pid, port int) bool { return procSocketOn(pid, port, "tcp", tr
 // namespace of process pid.
 func UDPBound(pid, port int) bool { return procSocketOn(pid, port, "udp", false) }
 
-// Capture is a running tcpdump on the VM's tap.
+// Capture is a running tcpdump on the VM's tap. It asks the kernel for a
+// large capture buffer and reports what the kernel still dropped: an RDMA
+// WRITE of 1 MiB is a burst of a thousand frames, which overruns
+// tcpdump's default 2 MiB buffer on a loaded machine, and a check of
+// "every frame" must know whether it saw every frame.
 type Capture struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	once sync.Once
 	// Path is the pcap file.
 	Path string
+
+	cmd    *exec.Cmd
+	done   chan struct{} // closed once tcpdump exited and its stderr is read
+	once   sync.Once
+	mu     sync.Mutex
+	stderr strings.Builder
 }
+
+// CaptureBufferKiB is the kernel capture buffer Capture asks for (-B).
+const CaptureBufferKiB = 64 << 10
 
 // Capture starts tcpdump on the tap, writing every frame to path, and
 // returns once it is capturing. Immediate mode matters: without it frames
 // wait in the kernel's ring for a block timeout and those still there at
 // Stop are lost.
 func (v *VM) Capture(ctx context.Context, path string) (*Capture, error) {
-	cmd := v.Command(context.Background(), "tcpdump", "-i", v.cfg.Tap, "--immediate-mode", "-U", "-n", "-s", "0", "-w", path)
+	cmd := v.Command(context.Background(), "tcpdump", "-i", v.cfg.Tap, "--immediate-mode", "-U", "-n",
+		"-s", "0", "-B", strconv.Itoa(CaptureBufferKiB), "-w", path)
 	pr, pw := io.Pipe()
 	cmd.Stderr = pw
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	c := &Capture{cmd: cmd, Path: path, done: make(chan struct{})}
+	c := &Capture{Path: path, cmd: cmd, done: make(chan struct{})}
 	started := make(chan struct{})
-	var mu sync.Mutex
-	var stderr strings.Builder
 	go func() {
 		sc := bufio.NewScanner(pr)
 		var once sync.Once
 		for sc.Scan() {
-			mu.Lock()
-			stderr.WriteString(sc.Text() + "\n")
-			mu.Unlock()
+			c.mu.Lock()
+			c.stderr.WriteString(sc.Text() + "\n")
+			c.mu.Unlock()
 			// tcpdump prints "listening on" just before its capture loop.
 			if strings.Contains(sc.Text(), "listening on") {
 				once.Do(func() { close(started) })
 			}
 		}
+		close(c.done)
 	}()
 	go func() {
 		_ = cmd.Wait()
 		pw.Close()
-		close(c.done)
 	}()
-	errText := func() string { mu.Lock(); defer mu.Unlock(); return stderr.String() }
 	select {
 	case <-started:
 		return c, nil
 	case <-c.done:
-		return nil, fmt.Errorf("tcpdump exited: %s", errText())
+		return nil, fmt.Errorf("tcpdump exited: %s", c.Stderr())
 	case <-ctx.Done():
 		c.Stop()
 		return nil, ctx.Err()
 	case <-time.After(20 * time.Second):
 		c.Stop()
-		return nil, fmt.Errorf("tcpdump did not start: %s", errText())
+		return nil, fmt.Errorf("tcpdump did not start: %s", c.Stderr())
 	}
 }
 
-// Stop ends the capture (SIGINT flushes the file) and waits for tcpdump.
+// Stderr returns what tcpdump printed so far.
+func (c *Capture) Stderr() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stderr.String()
+}
+
+// Stop ends the capture (SIGINT flushes the file and prints the counts)
+// and waits for tcpdump.
 func (c *Capture) Stop() {
 	c.once.Do(func() {
 		_ = c.cmd.Process.Signal(syscall.SIGINT)
@@ -129,4 +147,19 @@ func (c *Capture) Stop() {
 			<-c.done
 		}
 	})
+}
+
+var dropRE = regexp.MustCompile(`(?m)^(\d+) packets? dropped by (kernel|interface)`)
+
+// Dropped stops the capture and returns the frames tcpdump reports the
+// kernel (or the interface) dropped; ok is false when tcpdump printed no
+// such count.
+func (c *Capture) Dropped() (n int, ok bool) {
+	c.Stop()
+	for _, m := range dropRE.FindAllStringSubmatch(c.Stderr(), -1) {
+		v, _ := strconv.Atoi(m[1])
+		n += v
+		ok = true
+	}
+	return n, ok
 }

@@ -139,7 +139,7 @@ func TestGuestInteropO2ib(t *testing.T) {
 	if p := os.Getenv("SOFTIB_INTEROP_PCAP"); p != "" {
 		pcapPath = p
 	}
-	capt, err := vmtest.StartCapture(ctx, v, pcapPath)
+	capt, err := v.Capture(ctx, pcapPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,12 +151,12 @@ func TestGuestInteropO2ib(t *testing.T) {
 	}
 	const guestLimit = 240 * time.Second
 	job, err := v.Go("o2ibpeer", strings.Join([]string{
-		vmtest.CountersScript("cnt0"),
+		vm.CountersScript("cnt0"),
 		fmt.Sprintf(`python3 "$JOB_DIR/o2ibpeer.py" --ready-file "$JOB_DIR/$JOB_ID.ready" --local %s --peer %s --cksum --require-cksum --ops %s --rounds %d --burst %d:%d:%#x --hiw %d --deadline %d`,
 			guest, host, strings.Join(ops, ","), guestRounds, guestBurst, guestBurstSize, guestBurstBits,
 			o2iblnd.DefaultPeerCredits-1, int(guestLimit.Seconds())-20),
 		"rc=$?",
-		vmtest.CountersScript("cnt1"),
+		vm.CountersScript("cnt1"),
 		"exit $rc",
 	}, "\n"), guestLimit)
 	if err != nil {
@@ -336,7 +336,7 @@ func TestGuestInteropO2ib(t *testing.T) {
 			c1.WriteString(s + "\n")
 		}
 	}
-	before, after := vmtest.ParseCounters(c0.String()), vmtest.ParseCounters(c1.String())
+	before, after := vm.ParseCounters(c0.String()), vm.ParseCounters(c1.String())
 	if len(after) == 0 {
 		t.Fatalf("no guest rxe counters:\n%s", r.Stdout)
 	}
@@ -366,7 +366,7 @@ func TestGuestInteropO2ib(t *testing.T) {
 		// The checks below still cover every frame captured.
 		t.Logf("capture incomplete: tcpdump dropped %d frames (count reported: %v)", dropped, counted)
 	}
-	cs, err := vmtest.RoCECapture(pcapPath)
+	cs, err := vm.RoCECapture(pcapPath)
 	if err != nil {
 		t.Fatal(err)
 	}

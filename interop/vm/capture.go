@@ -1,4 +1,4 @@
-package vmtest
+package vm
 
 import (
 	"bufio"
@@ -33,7 +33,7 @@ func RoCECapture(path string) (map[netip.Addr]*RoCEStats, error) {
 		return nil, err
 	}
 	if lt != pcap.LinkTypeEthernet {
-		return nil, fmt.Errorf("vmtest: %s: link type %d, want Ethernet", path, lt)
+		return nil, fmt.Errorf("vm: %s: link type %d, want Ethernet", path, lt)
 	}
 	out := map[netip.Addr]*RoCEStats{}
 	side := func(a netip.Addr) *RoCEStats {

@@ -190,31 +190,9 @@ func TestConnRace(t *testing.T) {
 	if r.nid >= x.nid {
 		t.Fatalf("raw peer %v is not below node %v: the race test needs the lower NID first", r.nid, x.nid)
 	}
-	// The raw peer listens but never answers, so x's attempt stays open.
-	ch := rdmacm.NewEventChannel()
-	t.Cleanup(func() { ch.Close() })
-	lis, err := r.m.CreateID(ch, nil, rdmacm.PSTCP)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lis.Destroy() })
-	if err := lis.BindAddr(netip.AddrPortFrom(r.addr, o2iblnd.DefaultService)); err != nil {
-		t.Fatal(err)
-	}
-	if err := lis.Listen(0); err != nil {
-		t.Fatal(err)
-	}
-	// Start x connecting to r (the send's outcome does not matter).
-	h, err := x.in.MDBind(lnet.MD{Start: make([]byte, 8), Threshold: 1}, lnet.AutoUnlink)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := x.in.Put(lnetwire.NIDAny, h, lnet.AckReqNo, lnetwire.ProcessID{NID: r.nid, PID: x.in.PID()}, e2ePortal, 1, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	if ev := nextEvent(t, ch); ev.Type != rdmacm.EventConnectRequest {
-		t.Fatalf("listener: %v", ev.Type)
-	}
+	// The raw peer listens but never answers, so x's attempt stays open
+	// (the send's outcome does not matter).
+	r.connRequestFrom(t, x, nil)
 	expectRej(t, r.connect(t, x, r.connReq(x, nil)), x, lnetwire.KibRejConnRace)
 }
 
@@ -236,10 +214,10 @@ func TestActiveRetries(t *testing.T) {
 	putGet(t, d, c, 1000, 3, 1)
 }
 
-// putRefused has x PUT to the raw peer r, whose listener rejects the
-// connection request with private data pd, and wants the PUT's SEND event
-// to carry an error.
-func putRefused(t *testing.T, r *rawPeer, x *node, pd []byte) {
+// connRequestFrom makes r listen on o2iblnd's service, has x PUT 8 bytes
+// to r (events to eq, nil for none) and returns the CONNECT_REQUEST of
+// x's connection attempt, for the test to answer.
+func (r *rawPeer) connRequestFrom(t *testing.T, x *node, eq *lnet.EQ) *rdmacm.Event {
 	t.Helper()
 	ch := rdmacm.NewEventChannel()
 	t.Cleanup(func() { ch.Close() })
@@ -254,7 +232,7 @@ func putRefused(t *testing.T, r *rawPeer, x *node, pd []byte) {
 	if err := lis.Listen(0); err != nil {
 		t.Fatal(err)
 	}
-	h, err := x.in.MDBind(lnet.MD{Start: make([]byte, 8), Threshold: 1, EQ: x.eq}, lnet.AutoUnlink)
+	h, err := x.in.MDBind(lnet.MD{Start: make([]byte, 8), Threshold: 1, EQ: eq}, lnet.AutoUnlink)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,6 +243,15 @@ func putRefused(t *testing.T, r *rawPeer, x *node, pd []byte) {
 	if ev.Type != rdmacm.EventConnectRequest {
 		t.Fatalf("listener: %v", ev.Type)
 	}
+	return ev
+}
+
+// putRefused has x PUT to the raw peer r, whose listener rejects the
+// connection request with private data pd, and wants the PUT's SEND event
+// to carry an error.
+func putRefused(t *testing.T, r *rawPeer, x *node, pd []byte) {
+	t.Helper()
+	ev := r.connRequestFrom(t, x, x.eq)
 	if err := ev.ID.Reject(pd); err != nil {
 		t.Fatal(err)
 	}
@@ -300,30 +287,7 @@ func TestStaleRejectClosesOldConns(t *testing.T) {
 	if r.nid <= x.nid {
 		t.Fatalf("raw peer %v is not above node %v", r.nid, x.nid)
 	}
-	ch := rdmacm.NewEventChannel()
-	t.Cleanup(func() { ch.Close() })
-	lis, err := r.m.CreateID(ch, nil, rdmacm.PSTCP)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lis.Destroy() })
-	if err := lis.BindAddr(netip.AddrPortFrom(r.addr, o2iblnd.DefaultService)); err != nil {
-		t.Fatal(err)
-	}
-	if err := lis.Listen(0); err != nil {
-		t.Fatal(err)
-	}
-	h, err := x.in.MDBind(lnet.MD{Start: make([]byte, 8), Threshold: 1}, lnet.AutoUnlink)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := x.in.Put(lnetwire.NIDAny, h, lnet.AckReqNo, lnetwire.ProcessID{NID: r.nid, PID: x.in.PID()}, e2ePortal, 1, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	req := nextEvent(t, ch)
-	if req.Type != rdmacm.EventConnectRequest {
-		t.Fatalf("listener: %v", req.Type)
-	}
+	req := r.connRequestFrom(t, x, nil)
 	if ev := r.connect(t, x, r.connReq(x, nil)); ev.Type != rdmacm.EventEstablished {
 		t.Fatalf("peer's connection: %v", ev.Type)
 	}

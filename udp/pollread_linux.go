@@ -116,35 +116,15 @@ func (r *PollReader) prepare(msgs []Message) {
 		r.base, r.vlen, r.dirty = &msgs[0], v, v
 	}
 	for i := range r.dirty {
-		b := msgs[i].Buf
-		iov := &r.iovs[i]
-		iov.Base = unsafe.SliceData(b)
-		iov.SetLen(cap(b))
-		h := &r.hdrs[i].Hdr
-		h.Name = (*byte)(unsafe.Pointer(&r.names[i]))
-		h.Namelen = unix.SizeofSockaddrInet6
-		h.Iov = iov
-		h.SetIovlen(1)
-		h.Control = nil
-		h.SetControllen(0)
-		h.Flags = 0
+		setDirect(&r.hdrs[i], &r.iovs[i], &r.names[i], msgs[i].Buf)
 	}
 	r.dirty = 0
 	r.n, r.errno = 0, 0
 }
 
 func (r *PollReader) syscall(fd uintptr) {
-	if r.vlen == 0 {
-		return
-	}
-	for {
-		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])),
-			uintptr(r.vlen), unix.MSG_DONTWAIT, 0, 0)
-		if e == unix.EINTR {
-			continue
-		}
-		r.n, r.errno = int(n), e
-		return
+	if r.vlen > 0 {
+		r.n, r.errno = recvmmsg(fd, r.hdrs, r.vlen)
 	}
 }
 

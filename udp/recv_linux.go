@@ -66,16 +66,32 @@ func (r *reader) poll(fd uintptr) bool {
 	return true
 }
 
-func (r *reader) syscall(fd uintptr) {
+func (r *reader) syscall(fd uintptr) { r.n, r.errno = recvmmsg(fd, r.hdrs, r.vlen) }
+
+// recvmmsg is one non-blocking recvmmsg of up to vlen datagrams into
+// hdrs, repeated on EINTR (ReadBatch and PollReader share it).
+func recvmmsg(fd uintptr, hdrs []unix.Mmsghdr, vlen int) (int, syscall.Errno) {
 	for {
-		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])),
-			uintptr(r.vlen), unix.MSG_DONTWAIT, 0, 0)
-		if e == unix.EINTR {
-			continue
+		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&hdrs[0])),
+			uintptr(vlen), unix.MSG_DONTWAIT, 0, 0)
+		if e != unix.EINTR {
+			return int(n), e
 		}
-		r.n, r.errno = int(n), e
-		return
 	}
+}
+
+// setDirect points one recvmmsg entry at the caller's buffer b, with no
+// control data (datagrams land straight in b).
+func setDirect(h *unix.Mmsghdr, iov *unix.Iovec, name *sockaddr, b []byte) {
+	iov.Base = unsafe.SliceData(b)
+	iov.SetLen(cap(b))
+	h.Hdr.Name = (*byte)(unsafe.Pointer(name))
+	h.Hdr.Namelen = unix.SizeofSockaddrInet6
+	h.Hdr.Iov = iov
+	h.Hdr.SetIovlen(1)
+	h.Hdr.Control = nil
+	h.Hdr.SetControllen(0)
+	h.Hdr.Flags = 0
 }
 
 // ReadBatch implements Conn. It blocks until at least one datagram has
@@ -153,18 +169,7 @@ func (r *reader) receive() error {
 // prepareDirect points the recvmmsg vector at the callers' buffers.
 func (r *reader) prepareDirect(msgs []Message) {
 	for i := range msgs {
-		b := msgs[i].Buf
-		iov := &r.iovs[i]
-		iov.Base = unsafe.SliceData(b)
-		iov.SetLen(cap(b))
-		h := &r.hdrs[i].Hdr
-		h.Name = (*byte)(unsafe.Pointer(&r.names[i]))
-		h.Namelen = unix.SizeofSockaddrInet6
-		h.Iov = iov
-		h.SetIovlen(1)
-		h.Control = nil
-		h.SetControllen(0)
-		h.Flags = 0
+		setDirect(&r.hdrs[i], &r.iovs[i], &r.names[i], msgs[i].Buf)
 	}
 	r.vlen = len(msgs)
 }

@@ -11,9 +11,7 @@ import (
 	"time"
 
 	"softib/cm"
-	"softib/internal/testenv"
 	"softib/internal/tsharktest"
-	"softib/interop/vm"
 	"softib/interop/vmtest"
 	"softib/rdmacm"
 	"softib/verbs"
@@ -27,21 +25,10 @@ import (
 // tshark. It runs when SOFTIB_INTEROP_IMAGE names an image made by
 // interop/image.sh (it boots a VM: minutes under TCG).
 func TestInteropLinuxKernel(t *testing.T) {
-	img := os.Getenv("SOFTIB_INTEROP_IMAGE")
-	if img == "" || testing.Short() {
-		t.Log("SOFTIB_INTEROP_IMAGE not set: kernel interop not run")
+	ctx, v := vmtest.Boot(t, "kernel interop", "sibcm", 15*time.Minute)
+	if v == nil {
 		return
 	}
-	testenv.RequireRoot(t)
-	testenv.RequireTool(t, "qemu-system-x86_64")
-	testenv.RequireTool(t, "ip")
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	v, err := vm.Start(ctx, vm.Config{Image: img, Namespace: fmt.Sprintf("sibcm-%d", os.Getpid()), Log: vmtest.Log{T: t}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v.Stop()
 	host, guest := netip.MustParseAddr(v.HostIP()), netip.MustParseAddr(v.GuestIP())
 	pcapPath := filepath.Join(t.TempDir(), "cm-interop.pcap")
 	if p := os.Getenv("SOFTIB_INTEROP_PCAP"); p != "" {

@@ -7,13 +7,18 @@ package vmtest
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net/netip"
+	"os"
 	"runtime"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
+	"softib/internal/testenv"
+	"softib/interop/vm"
 	"softib/rxe"
 	"softib/verbs"
 )
@@ -70,4 +75,31 @@ type Log struct{ T testing.TB }
 func (w Log) Write(p []byte) (int, error) {
 	w.T.Log(string(bytes.TrimRight(p, "\n")))
 	return len(p), nil
+}
+
+// Boot boots the interop guest for a test, or returns a nil VM (the test
+// then returns) when SOFTIB_INTEROP_IMAGE is unset or -short is given, so
+// that the unit-test run passes over it; scripts/interop.sh sets it, and
+// without root or qemu the test fails in CI. what names the test in the
+// log; nsPrefix makes the namespace name (with the pid). The VM is
+// stopped and the context (bounded by timeout) cancelled when the test
+// ends.
+func Boot(t testing.TB, what, nsPrefix string, timeout time.Duration) (context.Context, *vm.VM) {
+	t.Helper()
+	img := os.Getenv("SOFTIB_INTEROP_IMAGE")
+	if img == "" || testing.Short() {
+		t.Logf("SOFTIB_INTEROP_IMAGE not set: %s not run", what)
+		return nil, nil
+	}
+	testenv.RequireRoot(t)
+	testenv.RequireTool(t, "qemu-system-x86_64")
+	testenv.RequireTool(t, "ip")
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	v, err := vm.Start(ctx, vm.Config{Image: img, Namespace: fmt.Sprintf("%s-%d", nsPrefix, os.Getpid()), Log: Log{T: t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(v.Stop)
+	return ctx, v
 }

@@ -2,7 +2,6 @@ package o2iblnd_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -111,26 +110,15 @@ func guestPattern(n int, seed byte) []byte {
 // guest's rxe error counters must not move. It runs when
 // SOFTIB_INTEROP_IMAGE names an image made by interop/image.sh.
 func TestGuestInteropO2ib(t *testing.T) {
-	img := os.Getenv("SOFTIB_INTEROP_IMAGE")
-	if img == "" || testing.Short() {
-		t.Log("SOFTIB_INTEROP_IMAGE not set: o2iblnd guest interop not run")
-		return
-	}
-	testenv.RequireRoot(t)
-	testenv.RequireTool(t, "qemu-system-x86_64")
-	testenv.RequireTool(t, "ip")
-	testenv.RequireTool(t, "tcpdump")
 	script, err := os.ReadFile(guestPeerScript)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	v, err := vm.Start(ctx, vm.Config{Image: img, Namespace: fmt.Sprintf("sibo2-%d", os.Getpid()), Log: vmtest.Log{T: t}})
-	if err != nil {
-		t.Fatal(err)
+	ctx, v := vmtest.Boot(t, "o2iblnd guest interop", "sibo2", 10*time.Minute)
+	if v == nil {
+		return
 	}
-	defer v.Stop()
+	testenv.RequireTool(t, "tcpdump")
 	if err := os.WriteFile(filepath.Join(v.ShareDir(), "o2ibpeer.py"), script, 0o644); err != nil {
 		t.Fatal(err)
 	}

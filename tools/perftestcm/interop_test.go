@@ -5,13 +5,10 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"softib/internal/testenv"
-	"softib/interop/vm"
 	"softib/interop/vmtest"
 	"softib/tools/perftest"
 	"softib/tools/perftestcm"
@@ -22,20 +19,10 @@ import (
 // It runs when SOFTIB_INTEROP_IMAGE names an image made by
 // interop/image.sh.
 func TestInteropLinux(t *testing.T) {
-	img := os.Getenv("SOFTIB_INTEROP_IMAGE")
-	if img == "" || testing.Short() {
-		t.Log("SOFTIB_INTEROP_IMAGE not set: perftest -R interop not run")
+	ctx, v := vmtest.Boot(t, "perftest -R interop", "sibpc", 12*time.Minute)
+	if v == nil {
 		return
 	}
-	testenv.RequireRoot(t)
-	testenv.RequireTool(t, "qemu-system-x86_64")
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
-	defer cancel()
-	v, err := vm.Start(ctx, vm.Config{Image: img, Namespace: fmt.Sprintf("sibpc-%d", os.Getpid()), Log: vmtest.Log{T: t}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v.Stop()
 	host, guest := netip.MustParseAddr(v.HostIP()), netip.MustParseAddr(v.GuestIP())
 	dev := vmtest.OpenDevice(t, v.Namespace(), host)
 	tests := []struct {

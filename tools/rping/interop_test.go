@@ -4,13 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"softib/internal/testenv"
-	"softib/interop/vm"
 	"softib/interop/vmtest"
 	"softib/rdmacm"
 	"softib/tools/rping"
@@ -21,20 +18,10 @@ import (
 // printed ping data. It runs when SOFTIB_INTEROP_IMAGE names an image made
 // by interop/image.sh.
 func TestInteropLinux(t *testing.T) {
-	img := os.Getenv("SOFTIB_INTEROP_IMAGE")
-	if img == "" || testing.Short() {
-		t.Log("SOFTIB_INTEROP_IMAGE not set: rping interop not run")
+	ctx, v := vmtest.Boot(t, "rping interop", "sibrp", 10*time.Minute)
+	if v == nil {
 		return
 	}
-	testenv.RequireRoot(t)
-	testenv.RequireTool(t, "qemu-system-x86_64")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	v, err := vm.Start(ctx, vm.Config{Image: img, Namespace: fmt.Sprintf("sibrp-%d", os.Getpid()), Log: vmtest.Log{T: t}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v.Stop()
 	host, guest := netip.MustParseAddr(v.HostIP()), netip.MustParseAddr(v.GuestIP())
 	dev := vmtest.OpenDevice(t, v.Namespace(), host)
 	m := rdmacm.NewManager(rdmacm.Config{})

@@ -69,6 +69,14 @@ func testUDP() *udp.Config { return &udp.Config{DisableGRO: true} }
 func newDevice(t testing.TB) (verbs.Device, *rdmacm.Manager, netip.Addr) {
 	t.Helper()
 	a := testAddr()
+	dev, m := newDeviceAt(t, a)
+	return dev, m, a
+}
+
+// newDeviceAt opens an rxe device on address a with an RDMA CM on it;
+// both are closed when the test ends.
+func newDeviceAt(t testing.TB, a netip.Addr) (verbs.Device, *rdmacm.Manager) {
+	t.Helper()
 	dev, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: a}, UDP: testUDP()})
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +90,7 @@ func newDevice(t testing.TB) (verbs.Device, *rdmacm.Manager, netip.Addr) {
 		m.Close()
 		dev.Close()
 	})
-	return dev, m, a
+	return dev, m
 }
 
 func newNode(t testing.TB, cfg o2iblnd.Config) *node {

@@ -6,7 +6,6 @@ import (
 
 	"softib/lnet/o2iblnd"
 	"softib/rdmacm"
-	"softib/rxe"
 	"softib/verbs"
 	"softib/wire/lnetwire"
 )
@@ -22,19 +21,7 @@ type procAt struct {
 
 func startProcAt(t *testing.T, addr netip.Addr) *procAt {
 	t.Helper()
-	dev, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: addr}, UDP: testUDP()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := rdmacm.NewManager(rdmacm.Config{})
-	if err := m.AddDevice(dev); err != nil {
-		dev.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		m.Close()
-		dev.Close()
-	})
+	dev, m := newDeviceAt(t, addr)
 	return &procAt{x: newNodeOn(t, dev, m, addr, o2iblnd.Config{}), dev: dev, m: m}
 }
 

@@ -44,6 +44,17 @@ func o2ibNSYAML(iface string, peerCredits, credits int, lndTunables string) stri
 `, iface, peerCredits, credits, lndTunables)
 }
 
+// parallelNSNodes starts n lnetd nodes in network namespaces of their own
+// (nsNodes) for a test that runs in parallel with the other multi-process
+// o2ib tests: each has its own namespaces and processes, and most of the
+// time is spent waiting.
+func parallelNSNodes(t *testing.T, n, peerCredits, credits int, lndTunables string) []*procNode {
+	testenv.RequireRoot(t)
+	t.Parallel()
+	testenv.RequireTool(t, "ip")
+	return nsNodes(t, netns.New(t, netns.Config{N: n, NoIPv6: true}), peerCredits, credits, lndTunables)
+}
+
 // nsNodes starts one lnetd per namespace of nw.
 func nsNodes(t *testing.T, nw *netns.Network, peerCredits, credits int, lndTunables string) []*procNode {
 	t.Helper()
@@ -138,13 +149,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // boundary (IMMEDIATE up to 3976 B payload, RDMA beyond, multi-packet
 // RDMA), each verified by CRC at sender, receiver and after the GET.
 func TestE2EO2IBSizes(t *testing.T) {
-	testenv.RequireRoot(t)
-	// Parallel with the other multi-process o2ib tests: each has its own
-	// namespaces and processes, and most of the time is spent waiting.
-	t.Parallel()
-	testenv.RequireTool(t, "ip")
-	nw := netns.New(t, netns.Config{N: 2, NoIPv6: true})
-	nodes := nsNodes(t, nw, 16, 128, "")
+	nodes := parallelNSNodes(t, 2, 16, 128, "")
 	for i, size := range []int{0, 1, 100, 3976, 3977, 4096, 8192, 65536, 300000, 1<<20 - 1, 1 << 20} {
 		// The echo service has 4 slots per node.
 		o2ibPutGet(t, nodes[i%2], nodes[(i+1)%2], size, i%4, 100+i)
@@ -160,13 +165,7 @@ func TestE2EO2IBSizes(t *testing.T) {
 // A's next PUTs reach it, with verified data, and A logs B's new
 // incarnation.
 func TestE2EO2IBPeerKilledAndRestarted(t *testing.T) {
-	testenv.RequireRoot(t)
-	// Parallel with the other multi-process o2ib tests: each has its own
-	// namespaces and processes, and most of the time is spent waiting.
-	t.Parallel()
-	testenv.RequireTool(t, "ip")
-	nw := netns.New(t, netns.Config{N: 2, NoIPv6: true})
-	nodes := nsNodes(t, nw, 16, 128, "              timeout: 10\n")
+	nodes := parallelNSNodes(t, 2, 16, 128, "              timeout: 10\n")
 	a, b := nodes[0], nodes[1]
 	o2ibPutGet(t, a, b, 1<<20, 0, 1)
 
@@ -247,13 +246,7 @@ func TestE2EO2IBPeerKilledAndRestarted(t *testing.T) {
 // connection fails with an error event, never a success, and A's next
 // PUT reconnects (a stale REP at A's CM) with verified data.
 func TestE2EO2IBPeerRestartedWhileConnected(t *testing.T) {
-	testenv.RequireRoot(t)
-	// Parallel with the other multi-process o2ib tests: each has its own
-	// namespaces and processes, and most of the time is spent waiting.
-	t.Parallel()
-	testenv.RequireTool(t, "ip")
-	nw := netns.New(t, netns.Config{N: 2, NoIPv6: true})
-	nodes := nsNodes(t, nw, 16, 128, "              timeout: 10\n")
+	nodes := parallelNSNodes(t, 2, 16, 128, "              timeout: 10\n")
 	a, b := nodes[0], nodes[1]
 	o2ibPutGet(t, a, b, 65536, 0, 1)
 	o2ibPutGet(t, b, a, 4096, 0, 2)
@@ -301,13 +294,7 @@ func TestE2EO2IBPeerRestartedWhileConnected(t *testing.T) {
 // negative), and every RPC still completes (verified data, no errors, no
 // deadlock).
 func TestE2EO2IBCreditExhaustion(t *testing.T) {
-	testenv.RequireRoot(t)
-	// Parallel with the other multi-process o2ib tests: each has its own
-	// namespaces and processes, and most of the time is spent waiting.
-	t.Parallel()
-	testenv.RequireTool(t, "ip")
-	nw := netns.New(t, netns.Config{N: 3, NoIPv6: true})
-	nodes := nsNodes(t, nw, 8, 64, "              concurrent_sends: 8\n")
+	nodes := parallelNSNodes(t, 3, 8, 64, "              concurrent_sends: 8\n")
 	a, b, c := nodes[0], nodes[1], nodes[2]
 	for _, test := range [][]string{
 		{"brw", "write", "size=1M", "check=full"},

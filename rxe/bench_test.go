@@ -96,8 +96,20 @@ func pollBusy(tb testing.TB, cq verbs.CQ, wc []verbs.WC, stop <-chan struct{}) b
 }
 
 func benchWrite(b *testing.B, size int) {
-	const depth = 32
-	x, y := benchPair(b, false, size*depth)
+	x, y := benchPair(b, false, size*writeDepth)
+	el := streamWrites(b, x, y, size)
+	b.ReportMetric(float64(size)*float64(b.N)/el.Seconds()/1e9, "GB/s")
+}
+
+// writeDepth is the RDMA WRITEs streamWrites keeps in flight; ends need
+// buffers of size*writeDepth bytes.
+const writeDepth = 32
+
+// streamWrites times b.N RDMA WRITEs of size bytes from x into y, with
+// writeDepth in flight, as perftest's ib_write_bw does: it re-posts as
+// many as completed, in one PostSend call.
+func streamWrites(b *testing.B, x, y *end, size int) time.Duration {
+	const depth = writeDepth
 	wcs := make([]verbs.WC, depth)
 	wrs := make([]verbs.SendWR, depth)
 	sgl := make([]verbs.SGE, depth)
@@ -110,8 +122,6 @@ func benchWrite(b *testing.B, size int) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
-	// Like perftest: keep depth WRs in flight and re-post as many as
-	// completed, in one PostSend call.
 	posted, done := 0, 0
 	for done < b.N {
 		if k := min(depth-(posted-done), b.N-posted); k > 0 {
@@ -122,7 +132,7 @@ func benchWrite(b *testing.B, size int) {
 		}
 		done += waitSome(b, x.cq, wcs)
 	}
-	b.ReportMetric(float64(size)*float64(b.N)/time.Since(start).Seconds()/1e9, "GB/s")
+	return time.Since(start)
 }
 
 // waitSome waits for at least one completion and returns how many it

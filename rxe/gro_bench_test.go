@@ -3,7 +3,6 @@ package rxe_test
 import (
 	"net/netip"
 	"testing"
-	"time"
 
 	"softib/rxe"
 	"softib/udp"
@@ -15,7 +14,6 @@ import (
 // It reports GB/s and the receiver's udp.ReadBatch recvmmsg calls per
 // MiB written (0 when rxe reads a GRO-less socket itself, busypoll.go).
 func groBenchWrite(b *testing.B, size int, uc udp.Config) {
-	const depth = 32
 	var socks [2]*udp.Socket
 	var devs [2]*rxe.Device
 	for i := range devs {
@@ -29,31 +27,11 @@ func groBenchWrite(b *testing.B, size int, uc udp.Config) {
 		cfg.Addr = addr
 		devs[i] = openDev(b, cfg)
 	}
-	x, y := newEnd(b, devs[0], verbs.QPTypeRC, size*depth), newEnd(b, devs[1], verbs.QPTypeRC, size*depth)
+	x, y := newEnd(b, devs[0], verbs.QPTypeRC, size*writeDepth), newEnd(b, devs[1], verbs.QPTypeRC, size*writeDepth)
 	connect(b, x, y, connOpts{mtu: verbs.MTU4096})
 	connect(b, y, x, connOpts{mtu: verbs.MTU4096})
-	wcs := make([]verbs.WC, depth)
-	wrs := make([]verbs.SendWR, depth)
-	for i := range wrs {
-		wrs[i] = verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
-			SGL: []verbs.SGE{x.mr.SGE(i*size, size)}, RemoteAddr: y.mr.Addr() + uint64(i*size), RKey: y.mr.RKey()}
-	}
 	rx0 := socks[1].Stats.RxSyscalls.Load()
-	b.SetBytes(int64(size))
-	b.ReportAllocs()
-	b.ResetTimer()
-	start := time.Now()
-	posted, done := 0, 0
-	for done < b.N {
-		if k := min(depth-(posted-done), b.N-posted); k > 0 {
-			if _, err := x.qp.PostSend(wrs[:k]); err != nil {
-				b.Fatal(err)
-			}
-			posted += k
-		}
-		done += waitSome(b, x.cq, wcs)
-	}
-	el := time.Since(start)
+	el := streamWrites(b, x, y, size)
 	b.StopTimer()
 	b.ReportMetric(float64(size)*float64(b.N)/el.Seconds()/1e9, "GB/s")
 	b.ReportMetric(float64(socks[1].Stats.RxSyscalls.Load()-rx0)/(float64(size)*float64(b.N)/(1<<20)), "rxsys/MiB")

@@ -91,7 +91,7 @@ func TestGRORepro(t *testing.T) {
 				wrs = append(wrs, verbs.SendWR{ID: 9, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
 					SGL: []verbs.SGE{a.mr.SGE(0, size)}, RemoteAddr: b.mr.Addr() + size, RKey: b.mr.RKey()})
 				post(t, a, wrs...)
-				for _, wc := range groWait(t, a.cq, len(wrs)) {
+				for _, wc := range waitWC(t, a.cq, len(wrs)) {
 					wantOK(t, wc, verbs.WCRDMAWrite)
 				}
 				b.sync()
@@ -106,8 +106,8 @@ func TestGRORepro(t *testing.T) {
 					SGL: []verbs.SGE{a.mr.SGE(size, size)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 				post(t, b, verbs.SendWR{ID: 21, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
 					SGL: []verbs.SGE{b.mr.SGE(size, size/2)}, RemoteAddr: a.mr.Addr() + 2*size, RKey: a.mr.RKey()})
-				wantOK(t, groWait(t, a.cq, 1)[0], verbs.WCRDMARead)
-				wantOK(t, groWait(t, b.cq, 1)[0], verbs.WCRDMAWrite)
+				wantOK(t, waitWC(t, a.cq, 1)[0], verbs.WCRDMARead)
+				wantOK(t, waitWC(t, b.cq, 1)[0], verbs.WCRDMAWrite)
 				a.sync()
 				if !bytes.Equal(a.buf[size:2*size], a.buf[:size]) || !bytes.Equal(a.buf[2*size:2*size+size/2], b.buf[size:size+size/2]) {
 					t.Fatalf("iteration %d: read data differs", it)
@@ -155,27 +155,4 @@ func fmtCounters(st map[string]uint64, names ...string) string {
 		fmt.Fprintf(&b, "%s=%d ", n, st[n])
 	}
 	return b.String()
-}
-
-// groWait polls cq until n completions arrived, sleeping between empty
-// polls (hang guard: 20 s); it does not depend on CQ.Wait.
-func groWait(t *testing.T, cq verbs.CQ, n int) []verbs.WC {
-	t.Helper()
-	var out []verbs.WC
-	wcs := make([]verbs.WC, 64)
-	deadline := time.Now().Add(20 * time.Second)
-	for len(out) < n {
-		k, err := cq.Poll(wcs[:min(len(wcs), n-len(out))])
-		if err != nil {
-			t.Fatalf("poll: %v", err)
-		}
-		out = append(out, wcs[:k]...)
-		if k == 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("timeout: %d of %d completions", len(out), n)
-			}
-			time.Sleep(100 * time.Microsecond)
-		}
-	}
-	return out
 }

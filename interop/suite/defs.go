@@ -276,13 +276,29 @@ func checkPing(ctx context.Context, e *env, c *caseRun) error {
 
 // loopback runs a server and a client both inside the guest (rxe's
 // loopback path), to calibrate what the guest alone can do.
+//
+// A client refused with REJ "invalid service ID" (error 8) connected
+// while the server had no listener up: perftest -R servers take down
+// their listener between the connection setup phases, and under TCG the
+// client can land in that gap (it then crashes instead of retrying). The
+// client is run again then, up to three times, while the server waits.
+// A client that failed for good has its server killed, so that the job
+// ends now rather than at its timeout, with the port free for a rerun.
 func loopback(ctx context.Context, e *env, c *caseRun, server string, port int, client string) error {
 	script := fmt.Sprintf(`%s >srv.out 2>&1 &
 pid=$!
 %s
 [ -e "$JOB_DIR/$JOB_ID.ready" ] || { cat srv.out; exit 1; }
-%s
-rc=$?
+for try in 1 2 3; do
+	%s >cli.out 2>&1
+	rc=$?
+	cat cli.out
+	[ $rc = 0 ] && break
+	grep -q 'RDMA_CM_EVENT_REJECTED; error: 8' cli.out && kill -0 $pid 2>/dev/null || break
+	echo "--- client refused (no listener yet), try $((try + 1))"
+	nap 1
+done
+[ $rc = 0 ] || kill $pid 2>/dev/null
 wait $pid
 src=$?
 echo "--- client exit $rc, server exit $src"

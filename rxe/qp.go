@@ -655,13 +655,25 @@ func (d *Device) flushDeferred() {
 	d.defMu.Unlock()
 }
 
-// sendBoth sends what both lanes took in one WriteBatch, responses first.
+// sendBoth sends what both lanes took in one WriteBatch, responses
+// first, except that a lone request followed by a lone response no longer
+// than it (a ping-pong reply and the ACK of the request it answers) goes
+// first: the two then leave as one GSO send (a shorter last segment is
+// allowed) and arrive as one GRO datagram, halving the kernel's work for
+// the ACK. The lanes are independent directions of the connection, so
+// their order on the wire does not matter to the peer.
 func (q *QP) sendBoth() {
 	if q.txMsgs == nil {
 		q.txMsgs = make([]udp.Message, 0, cap(q.reqTx.out.msgs)+cap(q.respTx.out.msgs))
 	}
-	msgs := q.respTx.out.fill(q.txMsgs[:0])
-	msgs = q.reqTx.out.fill(msgs)
+	var msgs []udp.Message
+	if r, a := q.reqTx.out.pkts, q.respTx.out.pkts; len(r) == 1 && len(a) == 1 && a[0].n <= r[0].n {
+		msgs = q.reqTx.out.fill(q.txMsgs[:0])
+		msgs = q.respTx.out.fill(msgs)
+	} else {
+		msgs = q.respTx.out.fill(q.txMsgs[:0])
+		msgs = q.reqTx.out.fill(msgs)
+	}
 	q.dev.writeAll(msgs)
 	clear(msgs)
 	q.respTx.out.release(q)

@@ -174,6 +174,11 @@ func benchPingPong(b *testing.B, busyDev, busy bool, typ verbs.QPType) {
 	// Spinning waiters get a device without GRO, as the latency tools
 	// open theirs, so that Poll can take over the receive.
 	cfg := rxe.Config{DeviceConfig: verbs.DeviceConfig{NetMTU: 9000, BusyPoll: busyDev, NoRxCoalescing: busy}}
+	benchPingPongOn(b, cfg, busy, typ)
+}
+
+// benchPingPongOn is benchPingPong on devices opened with cfg.
+func benchPingPongOn(b *testing.B, cfg rxe.Config, busy bool, typ verbs.QPType) {
 	x, y := pair(b, typ, cfg, connOpts{mtu: verbs.MTU4096}, 4096)
 	wcx, wcy := make([]verbs.WC, 1), make([]verbs.WC, 1)
 	rx := []verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{x.mr.SGE(0, 64)}}}
@@ -265,6 +270,11 @@ func BenchmarkRCSendPingPong(b *testing.B) {
 	// theirs) and spinning waiters (perftest's default): Poll takes over
 	// the receive after PollRxAfter empty polls.
 	b.Run("spin", func(b *testing.B) { benchPingPong(b, false, true, verbs.QPTypeRC) })
+	// Spinning waiters on a default device (GRO on): Poll takes over the
+	// receive all the same.
+	b.Run("spin-gro", func(b *testing.B) {
+		benchPingPongOn(b, rxe.Config{DeviceConfig: verbs.DeviceConfig{NetMTU: 9000}}, true, verbs.QPTypeRC)
+	})
 	b.Run("UC", func(b *testing.B) { benchPingPong(b, false, false, verbs.QPTypeUC) })
 }
 

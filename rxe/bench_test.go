@@ -1,10 +1,12 @@
 package rxe_test
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"runtime"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -248,6 +250,99 @@ func benchPingPongOn(b *testing.B, cfg rxe.Config, busy bool, typ verbs.QPType) 
 	b.ReportMetric(float64(sx1["TxSyscalls"]-sx0["TxSyscalls"]+sy1["TxSyscalls"]-sy0["TxSyscalls"])/float64(b.N)/2, "sendmmsg/hop")
 }
 
+// benchPingPongHandler is the event-driven ping-pong: both sides handle
+// their completions in CQ completion handlers (verbs.CQAttr.Handler, the
+// comp_handler style of kernel ULPs), which the device's receive
+// goroutine runs: the echo side re-posts and replies, the timing side
+// records the round trip and sends the next ping, with no goroutine
+// hand-off and no spinning.
+func benchPingPongHandler(b *testing.B) {
+	var (
+		x, y     *end
+		rx, ry   []verbs.RecvWR
+		sx, sy   []verbs.SendWR
+		wcx, wcy = make([]verbs.WC, 4), make([]verbs.WC, 4)
+		lat      = make([]int64, b.N)
+		iter     int
+		t0       time.Time
+		done     = make(chan struct{})
+		failed   atomic.Value
+	)
+	// poll drains cq into wcs, arming it when empty; it returns 0 when
+	// the CQ is armed and empty.
+	poll := func(cq verbs.CQ, wcs []verbs.WC) int {
+		n, err := cq.Poll(wcs)
+		if n == 0 && err == nil {
+			cq.ReqNotify(false)
+			n, err = cq.Poll(wcs)
+		}
+		if err != nil {
+			failed.Store(err)
+			return 0
+		}
+		for _, wc := range wcs[:n] {
+			if wc.Status != verbs.WCSuccess {
+				failed.Store(fmt.Errorf("completion %+v", wc))
+			}
+		}
+		return n
+	}
+	hy := func(cq verbs.CQ) {
+		for n := poll(cq, wcy); n > 0; n = poll(cq, wcy) {
+			for _, wc := range wcy[:n] {
+				if wc.Opcode == verbs.WCRecv {
+					y.qp.PostRecv(ry)
+					y.qp.PostSend(sy)
+				}
+			}
+		}
+	}
+	hx := func(cq verbs.CQ) {
+		for n := poll(cq, wcx); n > 0; n = poll(cq, wcx) {
+			for _, wc := range wcx[:n] {
+				if wc.Opcode != verbs.WCRecv || iter == len(lat) {
+					continue
+				}
+				lat[iter] = int64(time.Since(t0))
+				iter++
+				x.qp.PostRecv(rx)
+				if iter == len(lat) {
+					close(done)
+					continue
+				}
+				t0 = time.Now()
+				x.qp.PostSend(sx)
+			}
+		}
+	}
+	cfg := rxe.Config{DeviceConfig: verbs.DeviceConfig{NetMTU: 9000}}
+	x, y = pairHandlers(b, verbs.QPTypeRC, cfg, connOpts{mtu: verbs.MTU4096}, 4096, hx, hy)
+	rx = []verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{x.mr.SGE(0, 64)}}}
+	ry = []verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{y.mr.SGE(0, 64)}}}
+	sx = []verbs.SendWR{{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendInline, InlineData: make([]byte, 8)}}
+	sy = []verbs.SendWR{{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendInline, InlineData: make([]byte, 8)}}
+	postRecv(b, x, rx...)
+	postRecv(b, y, ry...)
+	x.cq.ReqNotify(false)
+	y.cq.ReqNotify(false)
+	b.ReportAllocs()
+	b.ResetTimer()
+	t0 = time.Now()
+	if _, err := x.qp.PostSend(sx); err != nil {
+		b.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		b.Fatalf("hang: %d of %d round trips; x %v y %v", iter, b.N, rxe.CQDeviceStats(x.cq), rxe.CQDeviceStats(y.cq))
+	}
+	b.StopTimer()
+	if err := failed.Load(); err != nil {
+		b.Fatal(err)
+	}
+	reportLatency(b, lat)
+}
+
 // reportLatency reports the mean and median half round trip of the
 // per-iteration round-trip times in lat (ns). The median is the figure
 // to compare on a shared machine: it ignores the iterations another
@@ -265,6 +360,8 @@ func reportLatency(b *testing.B, lat []int64) {
 // (reported as half the round trip).
 func BenchmarkRCSendPingPong(b *testing.B) {
 	b.Run("normal", func(b *testing.B) { benchPingPong(b, false, false, verbs.QPTypeRC) })
+	// Event-driven: completion handlers on a default device.
+	b.Run("handler", benchPingPongHandler)
 	b.Run("busypoll", func(b *testing.B) { benchPingPong(b, true, true, verbs.QPTypeRC) })
 	// A device without GRO (NoRxCoalescing, as the latency tools open
 	// theirs) and spinning waiters (perftest's default): Poll takes over

@@ -306,9 +306,7 @@ func (q *QP) completeSends() {
 				wc.ByteLen = w.length
 			}
 			q.pushed = true
-			if q.sendCQ.push(&wc, false) {
-				q.woke = true
-			}
+			q.pushCQ(q.sendCQ, hdueSend, &wc, false)
 		}
 		q.sq.pop()
 		popped = true

@@ -14,7 +14,11 @@ import (
 type CQ struct {
 	dev     *Device
 	ch      *verbs.CompChannel
+	handler func(verbs.CQ)
 	context any
+	// hrun serialises handler calls: hIdle, hRunning, or hAgain (an
+	// event arrived while the handler ran: run it once more).
+	hrun atomic.Int32
 
 	mu       sync.Mutex
 	ring     []verbs.WC // lazily grown up to cqe entries
@@ -44,7 +48,7 @@ func (d *Device) CreateCQ(attr verbs.CQAttr) (verbs.CQ, error) {
 			return nil, err
 		}
 	}
-	cq := &CQ{dev: d, ch: attr.Channel, context: attr.Context, cqe: attr.CQE}
+	cq := &CQ{dev: d, ch: attr.Channel, handler: attr.Handler, context: attr.Context, cqe: attr.CQE}
 	cq.waitCond = sync.NewCond(&cq.mu)
 	d.mu.Lock()
 	d.cqs[cq] = struct{}{}
@@ -52,22 +56,35 @@ func (d *Device) CreateCQ(attr verbs.CQAttr) (verbs.CQ, error) {
 	return cq, nil
 }
 
+// pushEvent is what a push notified.
+type pushEvent uint8
+
+const (
+	// pushWoke: the completion channel got an event (a goroutine may be
+	// waiting for it).
+	pushWoke pushEvent = 1 << iota
+	// pushHandler: the completion handler is due; the QP calls it once
+	// it has released its mutex (QP.runHandlers).
+	pushHandler
+)
+
 // push appends a completion. solicited marks a receive completion of a
 // solicited message. On overflow the CQ enters error: the completion is
 // lost, Poll reports ErrCQOverrun and an EventCQErr is raised. push
-// reports whether it notified the completion channel.
-func (cq *CQ) push(wc *verbs.WC, solicited bool) bool {
+// reports whether it notified the completion channel and whether the
+// handler is due.
+func (cq *CQ) push(wc *verbs.WC, solicited bool) pushEvent {
 	cq.mu.Lock()
 	if cq.dead || cq.overrun {
 		cq.mu.Unlock()
-		return false
+		return 0
 	}
 	if cq.n == cq.cqe {
 		cq.overrun = true
 		cq.mu.Unlock()
 		cq.dev.stats.CQOverrun.Inc()
 		cq.dev.raise(verbs.AsyncEvent{Type: verbs.EventCQErr, CQ: cq})
-		return false
+		return 0
 	}
 	if cq.n == len(cq.ring) {
 		cq.grow(min(max(2*len(cq.ring), 16), cq.cqe))
@@ -80,11 +97,51 @@ func (cq *CQ) push(wc *verbs.WC, solicited bool) bool {
 	}
 	cq.waitCond.Broadcast()
 	cq.mu.Unlock()
+	var ev pushEvent
 	if notify && cq.ch != nil {
 		cq.ch.Notify(cq)
-		return true
+		ev |= pushWoke
 	}
-	return false
+	if notify && cq.handler != nil {
+		ev |= pushHandler
+	}
+	return ev
+}
+
+// Handler call states (CQ.hrun).
+const (
+	hIdle int32 = iota
+	hRunning
+	hAgain
+)
+
+// callHandler runs the completion handler on the calling goroutine, or,
+// if another call is running, makes that one run it again when it
+// returns: calls never overlap and no event is lost.
+func (cq *CQ) callHandler() {
+	for {
+		switch cq.hrun.Load() {
+		case hIdle:
+			if !cq.hrun.CompareAndSwap(hIdle, hRunning) {
+				continue
+			}
+		case hRunning:
+			if !cq.hrun.CompareAndSwap(hRunning, hAgain) {
+				continue
+			}
+			return
+		default:
+			return
+		}
+		break
+	}
+	for {
+		cq.handler(cq)
+		if cq.hrun.CompareAndSwap(hRunning, hIdle) {
+			return
+		}
+		cq.hrun.Store(hRunning) // hAgain: an event came in meanwhile
+	}
 }
 
 func (cq *CQ) grow(size int) {

@@ -58,14 +58,24 @@ func (e *end) guard() *time.Ticker {
 }
 
 func newEnd(t testing.TB, d *rxe.Device, typ verbs.QPType, bufSize int) *end {
+	return newEndHandler(t, d, typ, bufSize, nil)
+}
+
+// newEndHandler is newEnd with a completion handler on the CQ (which
+// then has no completion channel).
+func newEndHandler(t testing.TB, d *rxe.Device, typ verbs.QPType, bufSize int, h func(verbs.CQ)) *end {
 	t.Helper()
 	e := &end{dev: d}
 	var err error
 	if e.pd, err = d.AllocPD(); err != nil {
 		t.Fatal(err)
 	}
-	e.ch = verbs.NewCompChannel(0)
-	if e.cq, err = d.CreateCQ(verbs.CQAttr{CQE: 4096, Channel: e.ch}); err != nil {
+	attr := verbs.CQAttr{CQE: 4096, Handler: h}
+	if h == nil {
+		e.ch = verbs.NewCompChannel(0)
+		attr.Channel = e.ch
+	}
+	if e.cq, err = d.CreateCQ(attr); err != nil {
 		t.Fatal(err)
 	}
 	e.qp, err = e.pd.CreateQP(&verbs.QPInitAttr{Type: typ, SendCQ: e.cq, RecvCQ: e.cq,
@@ -170,10 +180,16 @@ func connect(t testing.TB, e, peer *end, o connOpts) {
 
 // pair opens two devices and connects one QP of type typ on each.
 func pair(t testing.TB, typ verbs.QPType, cfg rxe.Config, o connOpts, bufSize int) (a, b *end) {
+	return pairHandlers(t, typ, cfg, o, bufSize, nil, nil)
+}
+
+// pairHandlers is pair with completion handlers ha and hb on the CQs
+// (nil: a completion channel instead).
+func pairHandlers(t testing.TB, typ verbs.QPType, cfg rxe.Config, o connOpts, bufSize int, ha, hb func(verbs.CQ)) (a, b *end) {
 	t.Helper()
 	da := openDev(t, cfg)
 	db := openDev(t, cfg)
-	a, b = newEnd(t, da, typ, bufSize), newEnd(t, db, typ, bufSize)
+	a, b = newEndHandler(t, da, typ, bufSize, ha), newEndHandler(t, db, typ, bufSize, hb)
 	connect(t, a, b, o)
 	connect(t, b, a, o)
 	return a, b

@@ -46,6 +46,7 @@ type QP struct {
 	reqTx    txLane        // requests (PSN order towards the peer's responder)
 	respTx   txLane        // ACKs, NAKs, READ/atomic responses (PSN order)
 	woke     bool          // this round's completions notified a channel
+	hdue     uint8         // CQ handlers due (hdueSend, hdueRecv) once mu is released
 	pushed   bool          // this round pushed a completion
 	respDue  int64         // deferred responses must go by then (0: none)
 	listed   bool          // in Device.deferred (guarded by Device.defMu)
@@ -222,7 +223,7 @@ func (q *QP) acceptsTransport(op roce.Opcode) bool {
 // Modify applies attributes following the IBA transition rules.
 func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	defer q.unlock()
 	if q.dead {
 		return verbs.ErrClosed
 	}
@@ -422,7 +423,7 @@ func (q *QP) flush() {
 	q.flushRWQE()
 	for q.rq.len() > 0 {
 		r := q.rq.at(q.rq.head)
-		q.recvCQ.push(&verbs.WC{WRID: r.id, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPN: q.qpn}, false)
+		q.pushCQ(q.recvCQ, hdueRecv, &verbs.WC{WRID: r.id, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPN: q.qpn}, false)
 		q.rq.pop()
 	}
 	q.resp.reset()
@@ -447,7 +448,7 @@ func (q *QP) Query() (verbs.QPAttr, verbs.QPInitAttr, error) {
 // Drain moves the QP to ERR and waits until every WR has completed.
 func (q *QP) Drain() error {
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	defer q.unlock()
 	if q.dead {
 		return verbs.ErrClosed
 	}
@@ -565,6 +566,22 @@ func (q *QP) runInline(mode sendMode) {
 func (q *QP) unlockAndSend(mode sendMode) {
 	pushed, woke := q.pushed, q.woke
 	q.pushed, q.woke = false, false
+	if due := q.hdue; due != 0 {
+		// Completion handlers run first, with mu released: an
+		// event-driven application's reply (a post from the handler)
+		// then takes this round's responses along in its own send, as
+		// a woken channel reader's does with sendYield.
+		q.hdue = 0
+		req := q.reqTx.take()
+		q.mu.Unlock()
+		if req {
+			q.reqTx.send(q)
+		}
+		q.runHandlers(due)
+		q.mu.Lock()
+		q.unlockAndSend(sendNow)
+		return
+	}
 	if mode == sendDefer && pushed && len(q.respTx.cur.pkts) > 0 && q.deferResp() {
 		req := q.reqTx.take()
 		q.mu.Unlock()
@@ -597,6 +614,49 @@ func (q *QP) unlockAndSend(mode sendMode) {
 		q.reqTx.send(q)
 	case resp:
 		q.respTx.send(q)
+	}
+}
+
+// Handlers due after a round (QP.hdue).
+const (
+	hdueSend uint8 = 1 << iota // the send CQ's
+	hdueRecv                   // the receive CQ's
+)
+
+// pushCQ queues wc on cq (mu held) and records what that notified: a
+// woken channel reader for sendYield, a handler for runHandlers. bit
+// names cq's role (hdueSend or hdueRecv).
+func (q *QP) pushCQ(cq *CQ, bit uint8, wc *verbs.WC, solicited bool) {
+	ev := cq.push(wc, solicited)
+	if ev&pushWoke != 0 {
+		q.woke = true
+	}
+	if ev&pushHandler != 0 {
+		q.hdue |= bit
+	}
+}
+
+// runHandlers calls the completion handlers that a round made due (mu
+// not held): each CQ once, even when it is both the send and the
+// receive CQ.
+func (q *QP) runHandlers(due uint8) {
+	if due&hdueSend != 0 {
+		q.sendCQ.callHandler()
+	}
+	if due&hdueRecv != 0 && (due&hdueSend == 0 || q.recvCQ != q.sendCQ) {
+		q.recvCQ.callHandler()
+	}
+}
+
+// unlock releases mu after an operation that may have completed work
+// requests (a flush) without sending anything, and runs the completion
+// handlers that made due.
+func (q *QP) unlock() {
+	due := q.hdue
+	q.hdue = 0
+	q.mu.Unlock()
+	if due != 0 {
+		q.runHandlers(due)
 	}
 }
 
@@ -823,7 +883,7 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 func (q *QP) afterPost() {
 	if q.state == verbs.QPStateErr {
 		q.flush()
-		q.mu.Unlock()
+		q.unlock()
 		return
 	}
 	more := q.process()
@@ -925,7 +985,7 @@ func (q *QP) PostRecv(wrs []verbs.RecvWR) (int, error) {
 		return 0, fmt.Errorf("rxe: post recv on a QP with an SRQ: %w", verbs.ErrInvalidArgument)
 	}
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	defer q.unlock()
 	if q.dead {
 		return 0, verbs.ErrClosed
 	}

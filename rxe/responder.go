@@ -63,7 +63,7 @@ func (r *responder) reset() {
 func (q *QP) flushRWQE() {
 	if q.resp.haveRWQE {
 		q.resp.haveRWQE = false
-		q.recvCQ.push(&verbs.WC{WRID: q.resp.rwqe.id, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPN: q.qpn}, false)
+		q.pushCQ(q.recvCQ, hdueRecv, &verbs.WC{WRID: q.resp.rwqe.id, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPN: q.qpn}, false)
 	}
 }
 
@@ -96,9 +96,7 @@ func (q *QP) completeRecv(wc *verbs.WC, solicited bool) {
 	wc.QPN = q.qpn
 	q.resp.haveRWQE = false
 	q.pushed = true
-	if q.recvCQ.push(wc, solicited) {
-		q.woke = true
-	}
+	q.pushCQ(q.recvCQ, hdueRecv, wc, solicited)
 	if q.rq.len() == 0 {
 		q.drainC.Broadcast()
 	}

@@ -30,6 +30,13 @@ type DeviceConfig struct {
 	// reading the socket itself: latency-bound programs (ping-pongs,
 	// latency tests) set it. BusyPoll implies it.
 	NoRxCoalescing bool
+	// FixedSourcePort makes every packet leave from the device's own UDP
+	// port. By default (false) each QP sends from the source port Linux
+	// rxe would use (0xC000 + a hash of the QPN, or of the connected QPN
+	// pair), through a send-only socket per port, so that fabrics spread
+	// QPs over ECMP paths and captures match kernel rxe; a QP whose port
+	// cannot be bound falls back to the device port.
+	FixedSourcePort bool
 }
 
 // DeviceAttr are a device's capabilities (ibv_device_attr).
@@ -290,6 +297,20 @@ type CQAttr struct {
 	// Channel, if set, receives an event each time the CQ is armed with
 	// ReqNotify and a matching completion arrives.
 	Channel *CompChannel
+	// Handler, if set, is the CQ's completion handler (ib_ci.h's
+	// comp_handler, the event that the kernel CQ API's IB_POLL_SOFTIRQ
+	// and IB_POLL_DIRECT styles are built on): it is called each time
+	// the CQ is armed with ReqNotify and a matching completion arrives,
+	// like a Channel event, but synchronously by the provider goroutine
+	// that queued the completion (the device's receive goroutine, a QP
+	// engine, or a goroutine posting work), once no provider lock is
+	// held. An event-driven application therefore handles a completion
+	// with no goroutine hand-off. The handler may Poll, ReqNotify and
+	// post work; it must not block (everything else the goroutine would
+	// receive waits for it). Calls for one CQ never overlap: an event
+	// that arrives while the handler runs makes it run once more when it
+	// returns. With both Channel and Handler set, both are notified.
+	Handler func(CQ)
 	// Context is returned unchanged by CQ.Context.
 	Context any
 }

@@ -1088,7 +1088,7 @@ func (t *txBatch) release(q *QP) {
 		q.dev.putPacket(p)
 		t.pkts[i] = nil
 	}
-	clear(t.msgs)
+	clear(t.msgs[:len(t.pkts)]) // what flush filled, not the whole batch
 	t.pkts = t.pkts[:0]
 }
 

@@ -413,6 +413,65 @@ func BenchmarkUDPPingPong(b *testing.B) {
 	reportLatency(b, lat)
 }
 
+// BenchmarkUDPPingPongHandoff is raw Go UDP ping-pong with the hand-off
+// that a completion channel implies: on each side a reader goroutine
+// passes every datagram to the application goroutine through a channel,
+// as the device's receive goroutine does with completions. Its difference
+// to BenchmarkUDPPingPong is the cost of that Go scheduling hop alone,
+// the floor under BenchmarkRCSendPingPong/normal.
+func BenchmarkUDPPingPongHandoff(b *testing.B) {
+	ca, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(testAddr(), 0)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ca.Close()
+	cb, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(testAddr(), 0)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cb.Close()
+	type dgram struct {
+		n    int
+		from netip.AddrPort
+	}
+	// reader passes each datagram of c to ch; bufs alternate so that the
+	// consumer's buffer is not overwritten while it uses it.
+	reader := func(c *net.UDPConn, bufs *[2][64]byte, ch chan<- dgram) {
+		for i := 0; ; i ^= 1 {
+			n, from, err := c.ReadFromUDPAddrPort(bufs[i][:])
+			if err != nil {
+				close(ch)
+				return
+			}
+			ch <- dgram{n, from}
+		}
+	}
+	var ba, bb [2][64]byte
+	cha, chb := make(chan dgram, 1), make(chan dgram, 1)
+	go reader(ca, &ba, cha)
+	go reader(cb, &bb, chb)
+	go func() { // echo side
+		i := 0
+		for d := range chb {
+			cb.WriteToUDPAddrPort(bb[i][:d.n], d.from)
+			i ^= 1
+		}
+	}()
+	buf := make([]byte, 8)
+	dst := cb.LocalAddr().(*net.UDPAddr).AddrPort()
+	lat := make([]int64, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		ca.WriteToUDPAddrPort(buf, dst)
+		<-cha
+		lat[i] = int64(time.Since(t0))
+	}
+	b.StopTimer()
+	reportLatency(b, lat)
+}
+
 // TestZeroAllocs checks that the steady-state data path (post, packets
 // out, packets in on both devices, ACKs, completions) allocates nothing.
 func TestZeroAllocs(t *testing.T) {

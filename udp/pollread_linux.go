@@ -12,26 +12,34 @@ import (
 // PollReader reads a Socket without blocking, for callers that poll (a
 // busy-polling consumer, or one that takes over the receive while it
 // spins) alongside a goroutine that parks until the socket is readable.
-// It serves sockets without GRO only: datagrams land straight in the
-// caller's buffers, one per message. A PollReader is not safe for
-// concurrent use: its caller serialises TryRead, Wait and ReadNow (rxe
-// does so with its receive token). Its vector keeps pointing into the
-// caller's messages between reads (they are the caller's buffers anyway).
+// A PollReader is not safe for concurrent use: its caller serialises
+// TryRead, Wait, ReadNow and Pending (rxe does so with its receive
+// token).
+//
+// Without GRO, datagrams land straight in the caller's buffers, one per
+// message, and the vector keeps pointing into the caller's messages
+// between reads (they are the caller's buffers anyway). On a GRO socket
+// one recvmmsg receives into the reader's own buffers, and the
+// super-datagrams are split into the caller's messages as ReadBatch
+// splits them; segments that did not fit stay pending in the reader, and
+// the next TryRead or ReadNow hands them out first, without a syscall.
+// Either way every datagram or segment fills exactly one Message: one
+// that cannot be handed out whole gets N = -1 (and counts in
+// Stats.RxTruncated), so a caller that tracks buffers by index finds
+// every datagram in the slot it was received into.
 //
 // The reads run inside RawConn.Control (TryRead) or RawConn.Read (Wait):
 // Control does not take the descriptor's read lock, so a poller can read
 // while another goroutine is parked in Wait. ReadBatch must not be used
 // on a socket that has a PollReader.
 type PollReader struct {
-	s     *Socket
-	rc    syscall.RawConn
-	hdrs  []unix.Mmsghdr
-	iovs  []unix.Iovec
-	names []sockaddr
+	s   *Socket
+	rc  syscall.RawConn
+	v   groRecv // the recvmmsg vector; GRO buffers and pending datagrams
+	gro bool
 
-	zone  zoneCache
 	fd    uintptr  // descriptor inside the current callback
-	base  *Message // the messages the vector points into
+	base  *Message // without GRO: the messages the vector points into
 	vlen  int
 	dirty int // entries [0, dirty) must be set up again before a read
 	n     int
@@ -42,22 +50,21 @@ type PollReader struct {
 	waitFn func(fd uintptr) bool // them to RawConn does not allocate
 }
 
-// PollReader returns a non-blocking reader of up to batch datagrams per
-// call, or nil when the socket receives with GRO.
+// PollReader returns a non-blocking reader of up to batch datagrams
+// (GRO: super-datagrams) per call, or nil if batch < 1. On a GRO socket
+// it has its own receive buffers, 64 KiB per datagram of batch.
 func (s *Socket) PollReader(batch int) *PollReader {
-	if s.gro || batch < 1 {
+	if batch < 1 {
 		return nil
 	}
 	rc, err := s.conn.SyscallConn()
 	if err != nil {
 		return nil
 	}
-	r := &PollReader{
-		s:     s,
-		rc:    rc,
-		hdrs:  make([]unix.Mmsghdr, batch),
-		iovs:  make([]unix.Iovec, batch),
-		names: make([]sockaddr, batch),
+	r := &PollReader{s: s, rc: rc, gro: s.gro}
+	r.v.init(min(batch, MaxBatchSize), s.gro)
+	if s.gro {
+		r.dirty = len(r.v.hdrs) // set every entry up at the first read
 	}
 	r.ctlFn = r.control
 	r.waitFn = r.waitCallback
@@ -71,12 +78,17 @@ func (r *PollReader) waitCallback(fd uintptr) bool {
 	return r.ready()
 }
 
-// TryRead receives into msgs without blocking; it returns 0 when no
-// datagram is queued. A datagram longer than its buffer gets N = -1 (and
-// counts in Stats.RxTruncated) so that every datagram stays in the slot
-// the kernel filled.
+// TryRead receives into msgs without blocking and returns how many it
+// filled; 0 means no datagram was pending or queued. Pending segments
+// of an earlier GRO read come first, without a syscall.
 func (r *PollReader) TryRead(msgs []Message) (int, error) {
+	if r.v.pending() {
+		return r.v.split(&r.s.Stats, msgs, true), nil
+	}
 	r.prepare(msgs)
+	if r.vlen == 0 {
+		return 0, nil
+	}
 	if err := r.rc.Control(r.ctlFn); err != nil {
 		return 0, err
 	}
@@ -85,9 +97,11 @@ func (r *PollReader) TryRead(msgs []Message) (int, error) {
 
 // Wait calls ready from a netpoller callback until it returns true,
 // parking while the socket is not readable in between. ready reads with
-// ReadNow, and may return false only after ReadNow found the socket
-// empty (the netpoller is edge-triggered: data queued before that read
-// raises no new readiness).
+// ReadNow (with a non-empty msgs), and may return false only after
+// ReadNow returned 0, that is found nothing pending AND the socket
+// empty: the netpoller is edge-triggered, so data queued before that
+// read raises no new readiness, and pending GRO segments raise none at
+// all. Wait calls ready at once, before it first parks.
 func (r *PollReader) Wait(ready func() bool) error {
 	r.ready = ready
 	err := r.rc.Read(r.waitFn)
@@ -97,38 +111,56 @@ func (r *PollReader) Wait(ready func() bool) error {
 
 // ReadNow is TryRead for use inside Wait's callback.
 func (r *PollReader) ReadNow(msgs []Message) (int, error) {
+	if r.v.pending() {
+		return r.v.split(&r.s.Stats, msgs, true), nil
+	}
 	r.prepare(msgs)
+	if r.vlen == 0 {
+		return 0, nil
+	}
 	r.syscall(r.fd)
 	return r.finish(msgs)
 }
 
-// prepare points the recvmmsg vector at msgs' buffers. The vector stays
-// set up between reads: only the entries the last read filled (whose
-// buffers the caller may have replaced, and whose lengths and flags the
-// kernel changed) are redone, so an empty read costs only the syscall.
+// Pending reports whether segments of a GRO read wait for the next
+// TryRead or ReadNow. A caller that stops reading while they do must
+// make sure someone reads again: they raise no readiness in Wait.
+func (r *PollReader) Pending() bool { return r.v.pending() }
+
+// prepare sets the recvmmsg vector up for a read into msgs. The vector
+// stays set up between reads: only the entries the last read filled
+// (whose lengths and flags the kernel changed, and without GRO whose
+// buffers the caller may have replaced) are redone, so an empty read
+// costs only the syscall.
 func (r *PollReader) prepare(msgs []Message) {
-	v := min(len(msgs), len(r.hdrs))
+	r.n, r.errno = 0, 0
+	v := min(len(msgs), len(r.v.hdrs))
 	if v == 0 {
 		r.vlen = 0
 		return
 	}
-	if &msgs[0] != r.base || v != r.vlen {
-		r.base, r.vlen, r.dirty = &msgs[0], v, v
-	}
-	for i := range r.dirty {
-		setDirect(&r.hdrs[i], &r.iovs[i], &r.names[i], msgs[i].Buf)
+	if r.gro {
+		for i := range r.dirty {
+			r.v.setupGRO(i)
+		}
+		r.vlen = v
+	} else {
+		if &msgs[0] != r.base || v != r.vlen {
+			r.base, r.vlen, r.dirty = &msgs[0], v, v
+		}
+		for i := range r.dirty {
+			setDirect(&r.v.hdrs[i], &r.v.iovs[i], &r.v.names[i], msgs[i].Buf)
+		}
 	}
 	r.dirty = 0
-	r.n, r.errno = 0, 0
 }
 
 func (r *PollReader) syscall(fd uintptr) {
-	if r.vlen > 0 {
-		r.n, r.errno = recvmmsg(fd, r.hdrs, r.vlen)
-	}
+	r.n, r.errno = recvmmsg(fd, r.v.hdrs, r.vlen)
 }
 
-// finish fills in N and Addr of the received datagrams.
+// finish hands out what the read received: without GRO it fills in N
+// and Addr of the datagrams in msgs, with GRO it splits them into msgs.
 func (r *PollReader) finish(msgs []Message) (int, error) {
 	switch r.errno {
 	case 0:
@@ -137,13 +169,18 @@ func (r *PollReader) finish(msgs []Message) (int, error) {
 	default:
 		return 0, os.NewSyscallError("recvmmsg", r.errno)
 	}
-	if r.n == 0 {
+	if r.n <= 0 {
 		return 0, nil
 	}
 	r.dirty = r.n
+	r.s.Stats.RxSyscalls.Inc()
+	if r.gro {
+		r.v.next, r.v.cnt, r.v.off = 0, r.n, 0
+		return r.v.split(&r.s.Stats, msgs, true), nil
+	}
 	good := r.n
 	for i := range r.n {
-		h := &r.hdrs[i]
+		h := &r.v.hdrs[i]
 		if h.Hdr.Flags&unix.MSG_TRUNC != 0 {
 			msgs[i].N = -1
 			r.s.Stats.RxTruncated.Inc()
@@ -151,9 +188,8 @@ func (r *PollReader) finish(msgs []Message) (int, error) {
 		} else {
 			msgs[i].N = int(h.Len)
 		}
-		msgs[i].Addr = r.zone.addr(&r.names[i])
+		msgs[i].Addr = r.v.zone.addr(&r.v.names[i])
 	}
-	r.s.Stats.RxSyscalls.Inc()
 	r.s.Stats.RxDatagrams.Add(uint64(good))
 	return r.n, nil
 }

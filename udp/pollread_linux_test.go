@@ -46,7 +46,7 @@ func TestSockaddrAddr(t *testing.T) {
 
 // TestPollReader reads loopback datagrams, including one longer than
 // its buffer, without blocking: the long one comes back with N = -1 in
-// its own slot and the others intact. GRO sockets get no PollReader.
+// its own slot and the others intact.
 func TestPollReader(t *testing.T) {
 	lo := netip.AddrFrom4([4]byte{127, 0, 0, 1})
 	s, err := Listen(netip.AddrPortFrom(lo, 0), &Config{DisableGRO: true})
@@ -54,14 +54,6 @@ func TestPollReader(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	g, err := Listen(netip.AddrPortFrom(lo, 0), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	if _, gro := g.Offloads(); gro && g.PollReader(1) != nil {
-		t.Error("PollReader for a GRO socket")
-	}
 	c, err := Listen(netip.AddrPortFrom(lo, 0), &Config{DisableGRO: true})
 	if err != nil {
 		t.Fatal(err)
@@ -163,4 +155,61 @@ func FuzzSockaddrAddr(f *testing.F) {
 			t.Fatalf("round trip %v → %v", ap, got)
 		}
 	})
+}
+
+// TestPollReaderGROControlTruncated: a GRO datagram whose control data
+// the kernel truncated (MSG_CTRUNC) takes its slot with N = -1 and is
+// counted, as ReadBatch drops it; the plain datagram after it comes out
+// intact. Both are pending in the reader, so TryRead hands them out
+// without a syscall.
+func TestPollReaderGROControlTruncated(t *testing.T) {
+	s, err := Listen(netip.MustParseAddrPort("127.0.0.1:0"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, gro := s.Offloads(); !gro {
+		t.Fatal("no UDP GRO")
+	}
+	r := s.PollReader(4)
+	v := &r.v
+	v.hdrs[0].Len = 40
+	v.hdrs[0].Hdr.Flags = unix.MSG_CTRUNC
+	v.hdrs[0].Hdr.SetControllen(0)
+	v.hdrs[1].Len = 20
+	v.hdrs[1].Hdr.Flags = 0
+	v.hdrs[1].Hdr.SetControllen(0)
+	copy(v.bufs[1], "twenty bytes exactly")
+	v.next, v.cnt, v.off = 0, 2, 0
+	if !r.Pending() {
+		t.Fatal("nothing pending")
+	}
+	msgs := []Message{{Buf: make([]byte, 64)}, {Buf: make([]byte, 64)}, {Buf: make([]byte, 64)}}
+	n, err := r.TryRead(msgs)
+	if err != nil || n != 2 || msgs[0].N != -1 || string(msgs[1].Buf[:msgs[1].N]) != "twenty bytes exactly" {
+		t.Fatalf("TryRead = %d, %v: %+v", n, err, msgs[:2])
+	}
+	st := &s.Stats
+	if st.RxTruncated.Load() != 1 || st.RxDatagrams.Load() != 1 || st.RxSyscalls.Load() != 0 {
+		t.Fatalf("counters: %d truncated, %d datagrams, %d syscalls; want 1, 1, 0",
+			st.RxTruncated.Load(), st.RxDatagrams.Load(), st.RxSyscalls.Load())
+	}
+	if r.Pending() {
+		t.Fatal("still pending")
+	}
+	// No msgs: nothing is read (the datagram stays queued).
+	c, err := Listen(netip.MustParseAddrPort("127.0.0.1:0"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.WriteBatch([]Message{{Buf: []byte("x"), N: 1, Addr: s.LocalAddr()}}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := r.TryRead(nil); n != 0 || err != nil {
+		t.Fatalf("TryRead(nil) = %d, %v", n, err)
+	}
+	if st.RxSyscalls.Load() != 0 {
+		t.Fatal("TryRead(nil) read the socket")
+	}
 }

@@ -12,10 +12,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// reader holds the preallocated recvmmsg state; mu serializes ReadBatch.
-type reader struct {
-	mu    sync.Mutex
-	s     *Socket
+// groRecv is a recvmmsg vector with, in GRO mode, its own receive
+// buffers, and the datagrams received into them that are not yet split
+// out to a caller. ReadBatch (reader) and PollReader each have one.
+type groRecv struct {
 	hdrs  []unix.Mmsghdr
 	iovs  []unix.Iovec
 	names []sockaddr
@@ -26,6 +26,49 @@ type reader struct {
 	// bufs[next:cnt]; off is the offset in bufs[next].
 	next, cnt, off int
 
+	zone zoneCache
+}
+
+// init allocates a vector of b entries, with GRO buffers if gro.
+func (g *groRecv) init(b int, gro bool) {
+	g.hdrs = make([]unix.Mmsghdr, b)
+	g.iovs = make([]unix.Iovec, b)
+	g.names = make([]sockaddr, b)
+	if gro {
+		g.oob = make([]byte, b*groCmsgSize)
+		g.bufs = make([][]byte, b)
+		for i := range g.bufs {
+			g.bufs[i] = make([]byte, groBufSize)
+		}
+	}
+}
+
+// setupGRO points recvmmsg entry i at GRO buffer i and its control
+// space, undoing what the kernel wrote into the entry.
+func (g *groRecv) setupGRO(i int) {
+	iov := &g.iovs[i]
+	iov.Base = &g.bufs[i][0]
+	iov.SetLen(groBufSize)
+	h := &g.hdrs[i].Hdr
+	h.Name = (*byte)(unsafe.Pointer(&g.names[i]))
+	h.Namelen = unix.SizeofSockaddrInet6
+	h.Iov = iov
+	h.SetIovlen(1)
+	h.Control = &g.oob[i*groCmsgSize]
+	h.SetControllen(groCmsgSize)
+	h.Flags = 0
+}
+
+// pending reports whether received datagrams (or the rest of a split
+// one) wait to be handed out.
+func (g *groRecv) pending() bool { return g.next < g.cnt }
+
+// reader holds the preallocated recvmmsg state; mu serializes ReadBatch.
+type reader struct {
+	mu sync.Mutex
+	s  *Socket
+	groRecv
+
 	// Results of the last syscall, set by the RawConn callbacks.
 	n     int
 	errno syscall.Errno
@@ -35,18 +78,8 @@ type reader struct {
 }
 
 func (r *reader) init(s *Socket) {
-	b := s.cfg.BatchSize
 	r.s = s
-	r.hdrs = make([]unix.Mmsghdr, b)
-	r.iovs = make([]unix.Iovec, b)
-	r.names = make([]sockaddr, b)
-	if s.gro {
-		r.oob = make([]byte, b*groCmsgSize)
-		r.bufs = make([][]byte, b)
-		for i := range r.bufs {
-			r.bufs[i] = make([]byte, groBufSize)
-		}
-	}
+	r.groRecv.init(s.cfg.BatchSize, s.gro)
 	// Method values made once: passing them to RawConn.Read does not
 	// allocate per call.
 	r.recvFn = r.recv
@@ -177,17 +210,7 @@ func (r *reader) prepareDirect(msgs []Message) {
 // prepareGRO points the recvmmsg vector at the first n socket buffers.
 func (r *reader) prepareGRO(n int) {
 	for i := range n {
-		iov := &r.iovs[i]
-		iov.Base = &r.bufs[i][0]
-		iov.SetLen(groBufSize)
-		h := &r.hdrs[i].Hdr
-		h.Name = (*byte)(unsafe.Pointer(&r.names[i]))
-		h.Namelen = unix.SizeofSockaddrInet6
-		h.Iov = iov
-		h.SetIovlen(1)
-		h.Control = &r.oob[i*groCmsgSize]
-		h.SetControllen(groCmsgSize)
-		h.Flags = 0
+		r.setupGRO(i)
 	}
 	r.vlen = n
 }
@@ -229,12 +252,22 @@ func (r *reader) finishDirect(msgs []Message) int {
 }
 
 // drain copies pending GRO-mode datagrams into msgs, splitting
-// super-datagrams at their segment size, and returns how many it filled.
-func (r *reader) drain(msgs []Message) int {
-	n := 0
-	for r.next < r.cnt && n < len(msgs) {
-		i := r.next
-		h := &r.hdrs[i]
+// super-datagrams at their segment size, and returns how many it filled;
+// truncated datagrams and segments are dropped.
+func (r *reader) drain(msgs []Message) int { return r.split(&r.s.Stats, msgs, false) }
+
+// split copies pending GRO-mode datagrams into msgs, one segment per
+// Message (a super-datagram's last segment may be shorter), and returns
+// how many Messages it filled. A datagram or segment that cannot be
+// handed out whole (MSG_TRUNC, MSG_CTRUNC, or longer than its Message's
+// buffer) is counted in RxTruncated and dropped, or with keep takes its
+// Message with N = -1; keep also hands out an empty datagram as N = 0,
+// so that every received datagram fills at least one Message.
+func (g *groRecv) split(st *Stats, msgs []Message, keep bool) int {
+	n, good := 0, 0
+	for g.next < g.cnt && n < len(msgs) {
+		i := g.next
+		h := &g.hdrs[i]
 		total := int(h.Len)
 		seg := total
 		// MSG_CTRUNC: the kernel had more control data than fits, so
@@ -246,31 +279,47 @@ func (r *reader) drain(msgs []Message) int {
 			// the slot may hold a stale UDP_GRO size from an earlier
 			// receive, which would split a plain datagram.
 			cl := min(int(h.Hdr.Controllen), groCmsgSize)
-			if g := groSize(r.oob[i*groCmsgSize : i*groCmsgSize+cl]); g > 0 && g < total {
-				seg = g
-				if r.off == 0 {
-					r.s.Stats.RxGROSplit.Inc()
+			if gs := groSize(g.oob[i*groCmsgSize : i*groCmsgSize+cl]); gs > 0 && gs < total {
+				seg = gs
+				if g.off == 0 {
+					st.RxGROSplit.Inc()
 				}
 			}
 		}
-		addr := getSockaddr(&r.names[i])
-		for r.off < total && n < len(msgs) {
-			l := min(seg, total-r.off)
+		addr := g.zone.addr(&g.names[i])
+		if keep && total == 0 {
+			m := &msgs[n]
+			m.N, m.Addr = 0, addr
+			if bad {
+				m.N = -1
+				st.RxTruncated.Inc()
+			} else {
+				good++
+			}
+			n++
+		}
+		for g.off < total && n < len(msgs) {
+			l := min(seg, total-g.off)
 			m := &msgs[n]
 			if l > cap(m.Buf) || bad {
-				r.s.Stats.RxTruncated.Inc()
+				st.RxTruncated.Inc()
+				if keep {
+					m.N, m.Addr = -1, addr
+					n++
+				}
 			} else {
-				m.N = copy(m.Buf[:cap(m.Buf)], r.bufs[i][r.off:r.off+l])
+				m.N = copy(m.Buf[:cap(m.Buf)], g.bufs[i][g.off:g.off+l])
 				m.Addr = addr
 				n++
+				good++
 			}
-			r.off += l
+			g.off += l
 		}
-		if r.off >= total {
-			r.next++
-			r.off = 0
+		if g.off >= total {
+			g.next++
+			g.off = 0
 		}
 	}
-	r.s.Stats.RxDatagrams.Add(uint64(n))
+	st.RxDatagrams.Add(uint64(good))
 	return n
 }

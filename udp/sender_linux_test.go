@@ -1,0 +1,158 @@
+package udp_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"net/netip"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"softib/internal/testenv"
+	"softib/udp"
+)
+
+// readOne reads one datagram from rx.
+func readOne(t *testing.T, rx *udp.Socket) udp.Message {
+	t.Helper()
+	in := []udp.Message{{Buf: make([]byte, 2048)}}
+	if n, err := rx.ReadBatch(in); n != 1 || err != nil {
+		t.Fatalf("ReadBatch = %d, %v", n, err)
+	}
+	return in[0]
+}
+
+// TestSender checks that send-only sockets send from their own port,
+// share it with each other (SO_REUSEADDR) but not with a socket bound
+// without SO_REUSEADDR, and inherit the main socket's configuration.
+func TestSender(t *testing.T) {
+	for _, fam := range []string{"127.0.0.1", "::1"} {
+		t.Run(fam, func(t *testing.T) {
+			ip := netip.MustParseAddr(fam)
+			main, err := udp.Listen(netip.AddrPortFrom(ip, 0), &udp.Config{BatchSize: 16})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer main.Close()
+			rx := listen(t, netip.AddrPortFrom(ip, 0).String(), nil)
+			s1, err := main.Sender(netip.AddrPort{}) // own address, a free port
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s1.Close()
+			port := s1.LocalAddr().Port()
+			if s1.LocalAddr().Addr() != ip || port == 0 || port == main.LocalAddr().Port() {
+				t.Fatalf("sender bound to %v (main %v)", s1.LocalAddr(), main.LocalAddr())
+			}
+			if s1.BatchSize() != 16 {
+				t.Fatalf("sender BatchSize %d, want the main socket's 16", s1.BatchSize())
+			}
+			s2, err := main.Sender(netip.AddrPortFrom(netip.IPv4Unspecified(), port))
+			if err != nil {
+				t.Fatalf("second sender on port %d: %v", port, err)
+			}
+			defer s2.Close()
+			for i, s := range []*udp.Socket{s1, s2} {
+				msg := []udp.Message{{Buf: []byte{byte(i), 1, 2, 3}, N: 4, Addr: rx.LocalAddr()}}
+				if n, err := s.WriteBatch(msg); n != 1 || err != nil {
+					t.Fatalf("sender %d: WriteBatch = %d, %v", i, n, err)
+				}
+				m := readOne(t, rx)
+				if m.Addr != s.LocalAddr() || m.N != 4 || m.Buf[0] != byte(i) {
+					t.Fatalf("sender %d: got %d bytes from %v, want 4 from %v", i, m.N, m.Addr, s.LocalAddr())
+				}
+			}
+			// A socket bound without SO_REUSEADDR keeps others off its
+			// port, and cannot join senders on theirs.
+			if _, err := udp.OpenSender(main.LocalAddr(), nil); !errors.Is(err, unix.EADDRINUSE) {
+				t.Fatalf("sender on the main socket's port: %v, want EADDRINUSE", err)
+			}
+			if s, err := udp.Listen(s1.LocalAddr(), nil); !errors.Is(err, unix.EADDRINUSE) {
+				if s != nil {
+					s.Close()
+				}
+				t.Fatalf("Listen on a sender port: %v, want EADDRINUSE", err)
+			}
+		})
+	}
+	if _, err := udp.OpenSender(netip.AddrPortFrom(netip.IPv4Unspecified(), 50000), nil); err == nil {
+		t.Fatal("sender on 0.0.0.0 opened")
+	}
+}
+
+// TestSenderWireHeader checks on loopback that a sender's IPv4 datagrams
+// carry DF and IP ID 0, as the RoCEv2 ICRC needs (roce-wire.md §1.2).
+func TestSenderWireHeader(t *testing.T) {
+	testenv.RequireRoot(t)
+	fd, err := capture("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	ip := netip.MustParseAddr("127.0.0.1")
+	rx := listen(t, "127.0.0.1:0", nil)
+	s, err := udp.OpenSender(netip.AddrPortFrom(ip, 0), &udp.Config{TTL: 33})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	sport := s.LocalAddr().Port()
+	const n = 5
+	msgs := make([]udp.Message, n)
+	for i := range msgs {
+		// Distinct sizes: one IP packet each, no GSO.
+		msgs[i] = udp.Message{Buf: make([]byte, 100+i), N: 100 + i, Addr: rx.LocalAddr()}
+	}
+	if _, err := s.WriteBatch(msgs); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 70000)
+	for seen := 0; seen < n; {
+		k, _, err := unix.Recvfrom(fd, buf, 0)
+		if err != nil {
+			t.Fatalf("capture after %d packets: %v", seen, err)
+		}
+		p := buf[:k]
+		if len(p) < 28 || p[0] != 0x45 || p[9] != unix.IPPROTO_UDP || binary.BigEndian.Uint16(p[20:]) != sport {
+			continue // other loopback traffic
+		}
+		seen++
+		id, flags := binary.BigEndian.Uint16(p[4:]), binary.BigEndian.Uint16(p[6:])
+		if id != 0 || flags != 0x4000 || p[8] != 33 {
+			t.Fatalf("packet from port %d: id %d flags/frag %#x ttl %d; want id 0, DF, ttl 33", sport, id, flags, p[8])
+		}
+	}
+}
+
+// TestSenderAllocs checks that a sender's WriteBatch does not allocate.
+func TestSenderAllocs(t *testing.T) {
+	rx := listen(t, "127.0.0.1:0", nil)
+	s, err := udp.OpenSender(netip.MustParseAddrPort("127.0.0.1:0"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	out := make([]udp.Message, 8)
+	for i := range out {
+		out[i] = udp.Message{Buf: payload(i, 1000), N: 1000, Addr: rx.LocalAddr()}
+	}
+	in := make([]udp.Message, 8)
+	for i := range in {
+		in[i].Buf = make([]byte, 1100)
+	}
+	allocs := testing.AllocsPerRun(50, func() {
+		if _, err := s.WriteBatch(out); err != nil {
+			t.Fatal(err)
+		}
+		for got := 0; got < len(out); {
+			n, err := rx.ReadBatch(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += n
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per send+receive round", allocs)
+	}
+}

@@ -56,6 +56,7 @@ type Stats struct {
 	InvReqNAK      stats.Counter // invalid request NAKs sent
 	RemOpNAK       stats.Counter // remote operational error NAKs sent
 	RxTruncated    stats.Counter // busy-poll reads: datagram larger than a packet buffer
+	SportFallback  stats.Counter // QPs sending from the device port: no socket for their source port
 
 	PollRxBatches stats.Counter // busy-poll: datagram batches a CQ poller received itself
 	RespDeferred  stats.Counter // busy-poll: rounds that left responses for the poller's post
@@ -75,6 +76,8 @@ type Device struct {
 	// rxEncap caches the ICRC template of the last source (receive
 	// goroutine only, or in busy-poll mode the receive token holder).
 	rxEncap encapCache
+	// sports are the send-only sockets of the QPs' source ports (sport.go).
+	sports sportTable
 
 	// Busy-poll receive (busypoll.go); sr is nil when off. rxTok is the
 	// receive token, which guards rb; rxState is the receive
@@ -168,6 +171,7 @@ func Open(cfg Config) (verbs.Device, error) {
 	}
 	d.pool.New = func() any { return new(packet) }
 	d.guid = nodeGUID(addr, la.Port())
+	d.sports.init(conn, addr, c.FixedSourcePort)
 	d.gids[0] = verbs.LinkLocalGID(d.guid)
 	d.gids[1] = verbs.GIDFromAddr(addr)
 	empty := map[uint32]*QP{}
@@ -371,6 +375,7 @@ func (d *Device) Close() error {
 	for _, q := range qps {
 		q.destroy()
 	}
+	d.closeSports()
 	err := d.conn.Close()
 	<-d.rxDone
 	d.qpWG.Wait()

@@ -23,7 +23,9 @@ func QPDebug(qp verbs.QP) map[string]any {
 // nil when its Conn is not a *udp.Socket.
 func SockStats(cq verbs.CQ) map[string]uint64 {
 	if s, ok := cq.(*CQ).dev.conn.(*udp.Socket); ok {
-		return stats.Snapshot(&s.Stats)
+		m := stats.Snapshot(&s.Stats)
+		addSportSockStats(cq.(*CQ).dev, m) // the QPs send through these
+		return m
 	}
 	return nil
 }

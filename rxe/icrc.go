@@ -70,23 +70,15 @@ func ipv4Checksum(h []byte) uint16 {
 	return ^uint16(sum)
 }
 
-// hash32 is the kernel's hash_32 (include/linux/hash.h).
-func hash32(v uint32, bits uint) uint32 { return (v * 0x61C88647) >> (32 - bits) }
-
 // SourcePort returns the UDP source port Linux rxe uses for a QP
-// (roce-wire.md §1.1): the flow-label form once the remote QPN is known
-// (rdma_get_udp_sport on Linux 6.x), else 0xC000 + hash_32(qpn, 14).
-//
-// softib sends every packet from its socket's bound port (a udp.Conn has a
-// single local port), so this is informational: it tells what a kernel
-// rxe peer would use and documents the difference.
+// (roce-wire.md §1.1): 0xC000 + hash_32(lqpn, 14) when the remote QPN is
+// not known (rqpn 0: UD, GSI, any QP before RTR), else the flow-label
+// form rdma_get_udp_sport gives for flow label 0 (RC/UC from RTR on, Linux
+// 6.x). A device sends each QP's packets from this port (or from the one
+// of the flow label its address vector carries).
 func SourcePort(lqpn, rqpn uint32) uint16 {
 	if rqpn == 0 {
-		return uint16(0xC000 + hash32(lqpn, 14)&0x3FFF)
+		return roce.SrcPortForQPN(lqpn)
 	}
-	fl := uint64(lqpn) * uint64(rqpn)
-	fl ^= fl >> 20
-	fl ^= fl >> 40
-	fl &= 0xFFFFF
-	return uint16(0xC000 | ((fl & 0x3FFF) ^ (fl >> 14)))
+	return roce.SrcPortForFlow(lqpn, rqpn)
 }

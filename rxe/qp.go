@@ -52,6 +52,7 @@ type QP struct {
 	listed   bool          // in Device.deferred (guarded by Device.defMu)
 	txMsgs   []udp.Message // sendBoth's vector (both lane mutexes held)
 	encap    encapCache
+	sport    qpSport    // source port (sport.go)
 	drainC   *sync.Cond // signalled when queues may have emptied
 	dead     bool
 	timerAt  int64 // deadline the timer is set for (0: none)
@@ -301,6 +302,7 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 		q.setState(next)
 		q.kick()
 	}
+	q.updateSport()
 	return nil
 }
 
@@ -484,6 +486,7 @@ func (q *QP) destroy() bool {
 	q.dead = true
 	q.drainC.Broadcast()
 	q.unlockAndSend(sendNow)
+	q.dropSport()
 	q.dev.removeQP(q)
 	close(q.done)
 	q.pd.users.Add(-1)
@@ -734,7 +737,7 @@ func (q *QP) sendBoth() {
 		msgs = q.respTx.out.fill(q.txMsgs[:0])
 		msgs = q.reqTx.out.fill(msgs)
 	}
-	q.dev.writeAll(msgs)
+	q.dev.writeAll(q.txConn(), msgs)
 	clear(msgs)
 	q.respTx.out.release(q)
 	q.reqTx.out.release(q)
@@ -1070,7 +1073,7 @@ func (t *txBatch) flush(q *QP) {
 	if len(t.pkts) == 0 {
 		return
 	}
-	q.dev.writeAll(t.fill(t.msgs[:0]))
+	q.dev.writeAll(q.txConn(), t.fill(t.msgs[:0]))
 	t.release(q)
 }
 
@@ -1092,11 +1095,12 @@ func (t *txBatch) release(q *QP) {
 	t.pkts = t.pkts[:0]
 }
 
-// writeAll sends msgs. Send errors lose the packets (the transport
+// writeAll sends msgs through c (the device socket or a QP's source
+// port socket). Send errors lose the packets (the transport
 // retransmits); they are counted.
-func (d *Device) writeAll(msgs []udp.Message) {
+func (d *Device) writeAll(c udp.Conn, msgs []udp.Message) {
 	for sent := 0; sent < len(msgs); {
-		n, err := d.conn.WriteBatch(msgs[sent:])
+		n, err := c.WriteBatch(msgs[sent:])
 		sent += n
 		if err != nil {
 			// Skip the datagram that failed; a closed socket loses all.

@@ -1,0 +1,51 @@
+package rxe
+
+import (
+	"softib/internal/stats"
+	"softib/udp"
+	"softib/verbs"
+)
+
+// QPSourcePort returns the source port a QP's packets leave from and
+// whether it has its own socket for it (false: the device socket).
+func QPSourcePort(qp verbs.QP) (port uint16, own bool) {
+	q := qp.(*QP)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.srcAddr().Port(), q.sport.sock != nil
+}
+
+// SportSockets returns the number of open source-port sockets of d.
+func SportSockets(d *Device) int {
+	d.sports.mu.Lock()
+	defer d.sports.mu.Unlock()
+	return len(d.sports.socks)
+}
+
+// SetSportOpener replaces how d opens source-port sockets (fault
+// injection); call it before creating QPs.
+func SetSportOpener(d *Device, open func(port uint16) (udp.Conn, error)) { d.sports.open = open }
+
+// addSportSockStats adds the counters of d's source-port sockets to m.
+func addSportSockStats(d *Device, m map[string]uint64) {
+	d.sports.mu.Lock()
+	defer d.sports.mu.Unlock()
+	for _, s := range d.sports.socks {
+		if us, ok := s.conn.(*udp.Socket); ok {
+			for k, v := range stats.Snapshot(&us.Stats) {
+				m[k] += v
+			}
+		}
+	}
+}
+
+// TxDatagrams returns the datagrams d's sockets (its own and the
+// source-port ones) have sent.
+func TxDatagrams(d *Device) uint64 {
+	m := map[string]uint64{}
+	if s, ok := d.conn.(*udp.Socket); ok {
+		m["TxDatagrams"] = s.Stats.TxDatagrams.Load()
+	}
+	addSportSockStats(d, m)
+	return m["TxDatagrams"]
+}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -95,7 +96,69 @@ func OpenSender(laddr netip.AddrPort, cfg *Config) (*Socket, error) {
 // Sender opens a send-only socket (OpenSender) bound to laddr,
 // configured as s is (batch size, send buffer, GSO, TOS, TTL). An
 // invalid or unspecified laddr address means s's own address.
+//
+// The socket is created in s's network namespace, which may not be the
+// calling thread's: a program that opened s on a thread switched into
+// another namespace gets its senders there too. Finding s's namespace
+// (SIOCGSKNS) and entering it need CAP_NET_ADMIN and CAP_SYS_ADMIN;
+// without them the sender is opened in the calling thread's namespace.
 func (s *Socket) Sender(laddr netip.AddrPort) (*Socket, error) {
 	c := s.cfg
-	return OpenSender(senderAddr(s.laddr, laddr), &c)
+	addr := senderAddr(s.laddr, laddr)
+	open := func() (*Socket, error) { return OpenSender(addr, &c) }
+	var nsfd int
+	var err error
+	if cerr := s.rc.Control(func(fd uintptr) { nsfd, err = unix.IoctlRetInt(int(fd), unix.SIOCGSKNS) }); cerr != nil {
+		return nil, s.wrapErr("ioctl SIOCGSKNS", cerr)
+	}
+	if err != nil {
+		// Not permitted (unprivileged) or an old kernel: the
+		// calling thread's namespace is all that can be used.
+		return open()
+	}
+	defer unix.Close(nsfd)
+	var want, cur unix.Stat_t
+	if err := unix.Fstat(nsfd, &want); err != nil {
+		return nil, os.NewSyscallError("fstat", err)
+	}
+	runtime.LockOSThread()
+	if err := unix.Stat("/proc/thread-self/ns/net", &cur); err == nil && cur.Dev == want.Dev && cur.Ino == want.Ino {
+		defer runtime.UnlockOSThread()
+		return open()
+	}
+	runtime.UnlockOSThread()
+	return inNetns(nsfd, open)
+}
+
+// inNetns runs open on a thread switched into the network namespace
+// nsfd. The thread goes back to its namespace afterwards and is reused
+// only if that works; otherwise it exits with its goroutine.
+func inNetns(nsfd int, open func() (*Socket, error)) (*Socket, error) {
+	type result struct {
+		s   *Socket
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{nil, os.NewSyscallError("open netns", err)}
+			return
+		}
+		defer unix.Close(orig)
+		if err := unix.Setns(nsfd, unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{nil, os.NewSyscallError("setns", err)}
+			return
+		}
+		s, err := open()
+		if unix.Setns(orig, unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		ch <- result{s, err}
+	}()
+	r := <-ch
+	return r.s, r.err
 }

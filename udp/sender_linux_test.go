@@ -5,9 +5,11 @@ import (
 	"errors"
 	"net/netip"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
+	"softib/internal/netns"
 	"softib/internal/testenv"
 	"softib/udp"
 )
@@ -154,5 +156,37 @@ func TestSenderAllocs(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("%v allocations per send+receive round", allocs)
+	}
+}
+
+// TestSenderNetns opens a socket in another network namespace and asks
+// for a sender from a thread outside it: the sender is created in the
+// socket's namespace, bound to its address there.
+func TestSenderNetns(t *testing.T) {
+	p := netns.NewPair(t, netns.PairConfig{NoIPv6: true})
+	var main, rx *udp.Socket
+	if err := p.A.Do(func() (err error) { main, err = udp.Listen(netip.AddrPortFrom(p.A.Addr, 0), nil); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer main.Close()
+	if err := p.B.Do(func() (err error) { rx, err = udp.Listen(netip.AddrPortFrom(p.B.Addr, 0), nil); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer rx.Close()
+	s, err := main.Sender(netip.AddrPort{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.LocalAddr().Addr() != p.A.Addr {
+		t.Fatalf("sender bound to %v", s.LocalAddr())
+	}
+	msg := []udp.Message{{Buf: []byte("hello"), N: 5, Addr: rx.LocalAddr()}}
+	if n, err := s.WriteBatch(msg); n != 1 || err != nil {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	rx.UDPConn().SetReadDeadline(time.Now().Add(10 * time.Second)) // hang guard
+	if m := readOne(t, rx); m.Addr != s.LocalAddr() || string(m.Buf[:m.N]) != "hello" {
+		t.Fatalf("got %q from %v", m.Buf[:m.N], m.Addr)
 	}
 }

@@ -48,14 +48,20 @@ func analyzeCapture(path string) (*capStats, error) {
 // (for the case log) either way.
 func (c *capStats) verdict(softibIP, rxeIP netip.Addr) (note string, err error) {
 	sb, rx := c.side(softibIP), c.side(rxeIP)
-	note = fmt.Sprintf("capture: softib %d RoCE frames (%d bad ICRC, %d NAKs); rxe %d frames (%d bad ICRC, %d NAKs)",
-		sb.Frames, sb.BadICRC, sb.NAKs, rx.Frames, rx.BadICRC, rx.NAKs)
+	note = fmt.Sprintf("capture: softib %d RoCE frames (%d bad ICRC, %d NAKs, %d from a port below 0xC000); rxe %d frames (%d bad ICRC, %d NAKs)",
+		sb.Frames, sb.BadICRC, sb.NAKs, sb.LowSport, rx.Frames, rx.BadICRC, rx.NAKs)
 	if rx.BadICRC > 0 {
 		// The checker disagrees with Linux itself: trust neither verdict.
 		return note + " [checker disagrees with rxe; ignored]", nil
 	}
 	if sb.BadICRC > 0 {
 		return note, fmt.Errorf("softib sent %d of %d RoCE frames with a bad ICRC (rxe drops them silently)", sb.BadICRC, sb.Frames)
+	}
+	if sb.LowSport > 0 {
+		// rxe sends every packet from its QP's port in 0xC000..0xFFFF;
+		// softib does too unless a QP had to fall back to the device
+		// port (rxe Stats.SportFallback).
+		return note, fmt.Errorf("softib sent %d of %d RoCE frames from a UDP source port below 0xC000", sb.LowSport, sb.Frames)
 	}
 	return note, nil
 }

@@ -94,6 +94,17 @@ func TestCaptureVerdict(t *testing.T) {
 		t.Fatal("bad softib ICRC not reported")
 	}
 
+	// A frame from the device port (a QP that fell back) is reported.
+	low := rocev4(sib, rxe, 0, 0x04, 0)
+	binary.BigEndian.PutUint16(low[roce.IPv4HeaderLen:], roce.UDPPort)
+	binary.LittleEndian.PutUint32(low[len(low)-roce.ICRCSize:], roce.ICRCv4(low[:roce.IPv4HeaderLen], low[roce.IPv4HeaderLen:]))
+	if st, err = analyzeCapture(writePcap(t, good, low, ack)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.verdict(sibIP, rxeIP); err == nil || st.side(sibIP).BadICRC != 0 {
+		t.Fatalf("softib frame from port %d not reported (%v, %+v)", roce.UDPPort, err, *st.side(sibIP))
+	}
+
 	// A bad rxe frame means the checker is wrong: no verdict.
 	badRxe := rocev4(rxe, sib, 5, 0x11, 0x1F)
 	badRxe[len(badRxe)-1] ^= 1

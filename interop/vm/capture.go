@@ -20,11 +20,12 @@ type RoCEStats struct {
 	Unparsed int // frames to port 4791 that do not parse as RoCEv2
 	NAKs     int // ACKs with a NAK syndrome (PSN sequence error and worse)
 	RNRNAKs  int // ACKs with an RNR NAK: the receiver had no buffer posted
+	LowSport int // frames from a UDP source port below 0xC000 (rxe's per-QP ports are 0xC000..0xFFFF)
 }
 
 // RoCECapture reads an Ethernet pcap (a tap capture) and checks every IPv4
-// RoCEv2 frame: its ICRC, recomputed from the real IP and UDP headers, and
-// whether it is a NAK or RNR NAK. The result is keyed by source address. Wireshark
+// RoCEv2 frame: its ICRC, recomputed from the real IP and UDP headers,
+// whether it is a NAK or RNR NAK, and its UDP source port. The result is keyed by source address. Wireshark
 // never checks the ICRC and rxe drops a bad one without a counter, so a
 // framing bug otherwise shows only as retransmissions.
 func RoCECapture(path string) (map[netip.Addr]*RoCEStats, error) {
@@ -65,6 +66,9 @@ func RoCECapture(path string) (map[netip.Addr]*RoCEStats, error) {
 			continue
 		}
 		s.Frames++
+		if binary.BigEndian.Uint16(ip[ihl:]) < roce.SrcPortBase {
+			s.LowSport++
+		}
 		if fr.VerifyICRC() != nil {
 			s.BadICRC++
 		}

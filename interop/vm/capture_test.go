@@ -48,6 +48,9 @@ func TestRoCECapture(t *testing.T) {
 	binary.BigEndian.PutUint16(short[2:], uint16(len(short)))
 	binary.BigEndian.PutUint16(short[roce.IPv4HeaderLen+4:], roce.UDPHeaderLen+4)
 	notRoCE := frame(a, b, 0x04, 0)
+	lowSport := frame(a, b, 0x04, 0) // from the device port 4791
+	binary.BigEndian.PutUint16(lowSport[roce.IPv4HeaderLen:], roce.UDPPort)
+	binary.LittleEndian.PutUint32(lowSport[len(lowSport)-roce.ICRCSize:], roce.ICRCv4(lowSport[:roce.IPv4HeaderLen], lowSport[roce.IPv4HeaderLen:]))
 	binary.BigEndian.PutUint16(notRoCE[roce.IPv4HeaderLen+2:], 53)
 
 	p := filepath.Join(t.TempDir(), "c.pcap")
@@ -60,7 +63,7 @@ func TestRoCECapture(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, pk := range [][]byte{
-		frame(a, b, 0x04, 0), bad, short, notRoCE,
+		frame(a, b, 0x04, 0), bad, short, notRoCE, lowSport,
 		frame(b, a, 0x11, 0x1F), // ACK
 		frame(b, a, 0x11, 0x60), // NAK: PSN sequence error
 		frame(b, a, 0x11, 0x2E), // RNR NAK
@@ -78,7 +81,7 @@ func TestRoCECapture(t *testing.T) {
 	if sa == nil || sb == nil {
 		t.Fatalf("sides missing: %v", st)
 	}
-	if *sa != (RoCEStats{Frames: 2, BadICRC: 1, Unparsed: 1}) {
+	if *sa != (RoCEStats{Frames: 3, BadICRC: 1, Unparsed: 1, LowSport: 1}) {
 		t.Errorf("sender a: %+v", *sa)
 	}
 	if *sb != (RoCEStats{Frames: 3, NAKs: 1, RNRNAKs: 1}) {

@@ -3,8 +3,7 @@ package rxe
 import "softib/udp"
 
 // Poll-driven receive. On a socket that allows non-blocking reads
-// (pollSock; Linux *udp.Socket without GRO: busy-poll devices and those
-// opened with DeviceConfig.NoRxCoalescing), reading the
+// (pollSock: a Linux *udp.Socket, with or without GRO), reading the
 // socket is a token: the holder of Device.rxTok is the only reader, owns
 // Device.rb and the ICRC cache, and processes what it read before
 // letting go. The token is taken by
@@ -25,13 +24,21 @@ import "softib/udp"
 // calls Poll in a loop (yielding with runtime.Gosched between empty
 // rounds), and TryLock makes every poller but one return at once, so a
 // device has one socket spinner at most.
+//
+// On a GRO socket one read may bring more segments than a batch holds;
+// the reader keeps them pending and hands them out first on the next
+// read. Pending segments raise no readiness in the netpoller, so the
+// token is never let go with segments pending: the receive goroutine
+// goes back to Wait, whose callback reads them at once, and a poller
+// processes batches until none is left.
 
-// pollSock is the non-blocking socket access busy-poll mode needs
+// pollSock is the non-blocking socket access the receive token needs
 // (udp.PollReader on Linux; see its doc for the contract of each method).
 type pollSock interface {
 	TryRead(msgs []udp.Message) (int, error)
 	Wait(ready func() bool) error
 	ReadNow(msgs []udp.Message) (int, error)
+	Pending() bool
 }
 
 // rxPollState is the receive goroutine's state across wait callbacks.
@@ -75,7 +82,8 @@ func (d *Device) rxLoopPoll() {
 
 // rxReady is the receive goroutine's wait callback: with the token it
 // reads without blocking and keeps the token if it got datagrams (or an
-// error); an empty socket gives the token back and parks.
+// error); an empty socket with nothing pending (ReadNow returned 0)
+// gives the token back and parks.
 func (d *Device) rxReady() bool {
 	st := &d.rxState
 	if !d.rxTok.TryLock() {
@@ -95,19 +103,27 @@ func (d *Device) rxReady() bool {
 	return true
 }
 
-// pollRx is a CQ poller's receive step (see above). It reports whether
-// it received anything.
+// pollRx is a CQ poller's receive step (see above): one read, then the
+// segments a GRO read left pending. It reports whether it received
+// anything.
 func (d *Device) pollRx() bool {
 	if !d.rxTok.TryLock() {
 		return false
 	}
-	// Errors are left to the receive goroutine, which reports them.
-	n, _ := d.sr.TryRead(d.rb.msgs)
-	if n > 0 {
-		d.stats.PollRxBatches.Inc()
-		d.queueBatch(d.rb, n)
-		d.runBatch(d.rb, n, sendDefer)
+	got := false
+	for {
+		// Errors are left to the receive goroutine, which reports them.
+		n, _ := d.sr.TryRead(d.rb.msgs)
+		if n > 0 {
+			got = true
+			d.stats.PollRxBatches.Inc()
+			d.queueBatch(d.rb, n)
+			d.runBatch(d.rb, n, sendDefer)
+		}
+		if n == 0 || !d.sr.Pending() {
+			break
+		}
 	}
 	d.rxTok.Unlock()
-	return n > 0
+	return got
 }

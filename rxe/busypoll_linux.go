@@ -3,7 +3,7 @@ package rxe
 import "softib/udp"
 
 // newPollSock returns the non-blocking reader of c, or nil when c is not
-// a Linux *udp.Socket without GRO (those keep the plain receive loop).
+// a Linux *udp.Socket (other Conns keep the plain receive loop).
 func newPollSock(c udp.Conn, batch int) pollSock {
 	s, ok := c.(*udp.Socket)
 	if !ok {

@@ -5,26 +5,27 @@ import (
 	"testing"
 
 	"softib/udp"
+	"softib/udp/udptest"
 )
 
-// TestNewPollSock: a GRO-less udp.Socket gets the non-blocking reader,
-// a GRO socket and other Conns keep the plain receive loop.
+// TestNewPollSock: every udp.Socket gets the non-blocking reader, with
+// or without GRO; other Conns keep the plain receive loop.
 func TestNewPollSock(t *testing.T) {
 	lo := netip.AddrFrom4([4]byte{127, 0, 0, 1})
-	s, err := udp.Listen(netip.AddrPortFrom(lo, 0), &udp.Config{DisableGRO: true})
-	if err != nil {
-		t.Fatal(err)
+	for _, noGRO := range []bool{true, false} {
+		s, err := udp.Listen(netip.AddrPortFrom(lo, 0), &udp.Config{DisableGRO: noGRO})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if _, gro := s.Offloads(); gro == noGRO {
+			t.Fatalf("GRO %v with DisableGRO %v", gro, noGRO)
+		}
+		if newPollSock(s, 4) == nil {
+			t.Errorf("no reader for a udp.Socket (DisableGRO %v)", noGRO)
+		}
 	}
-	defer s.Close()
-	if newPollSock(s, 4) == nil {
-		t.Error("no reader for a GRO-less socket")
-	}
-	g, err := udp.Listen(netip.AddrPortFrom(lo, 0), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	if _, gro := g.Offloads(); gro && newPollSock(g, 4) != nil {
-		t.Error("reader for a GRO socket")
+	if newPollSock(udptest.NewNetwork(1).Endpoint(netip.AddrPortFrom(lo, 4791)), 4) != nil {
+		t.Error("reader for a udptest endpoint")
 	}
 }

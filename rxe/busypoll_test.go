@@ -71,8 +71,15 @@ func wantClean(t *testing.T, cq verbs.CQ) {
 // retransmitted.
 func TestBusyPollPingPong(t *testing.T) {
 	x, y := busyPair(t, 1<<16)
+	spinPingPong(t, x, y, 1000)
+}
+
+// spinPingPong runs rounds of 64-byte SEND ping-pong between x and y
+// with both sides spinning on Poll, checks the data and that pollers
+// received from the sockets on both sides, without retransmissions.
+func spinPingPong(t *testing.T, x, y *end, rounds int) {
+	t.Helper()
 	wcx, wcy := make([]verbs.WC, 1), make([]verbs.WC, 1)
-	const rounds = 1000
 	done := make(chan error, 1)
 	go func() {
 		for i := range rounds {
@@ -208,6 +215,29 @@ func TestBusyPollZeroAllocs(t *testing.T) {
 		t.Skip("allocation counts are meaningless under -race (sync.Pool drops items)")
 	}
 	x, y := busyPair(t, 1<<16)
+	spinZeroAllocs(t, x, y)
+}
+
+// TestGROTokenZeroAllocs is TestBusyPollZeroAllocs on default devices
+// (GRO on): spinning pollers that take the receive token and split GRO
+// super-datagrams allocate nothing either.
+func TestGROTokenZeroAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under -race (sync.Pool drops items)")
+	}
+	x, y := groPair(t, 1<<16)
+	spinZeroAllocs(t, x, y)
+	// x spins for every completion; y finds its receive mostly done.
+	if st := rxe.CQDeviceStats(x.cq); st["PollRxBatches"] == 0 {
+		t.Errorf("no batch was received by a poller: %v", st)
+	}
+	wantGROSplit(t, y)
+}
+
+// spinZeroAllocs measures the allocations of WRITE and SEND rounds
+// between x and y, both sides spinning on Poll.
+func spinZeroAllocs(t *testing.T, x, y *end) {
+	t.Helper()
 	wcx, wcy := make([]verbs.WC, 1), make([]verbs.WC, 1)
 	w := []verbs.SendWR{{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{x.mr.SGE(0, 16<<10)},
 		RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}}
@@ -229,15 +259,18 @@ func TestBusyPollZeroAllocs(t *testing.T) {
 	}
 }
 
-// TestSpinPollReceives: without busy-poll mode, on a device without
-// receive coalescing (NoRxCoalescing), an application that spins on Poll
-// ends up receiving from the socket itself (after PollRxAfter empty
-// polls), while one that polls, arms and sleeps never does: its
-// completions come from the receive goroutine. With GRO (the default)
-// pollers never read the socket.
+// TestSpinPollReceives: without busy-poll mode, on a default device (UDP
+// GRO on) and on one without receive coalescing (NoRxCoalescing), an
+// application that spins on Poll ends up receiving from the socket
+// itself (after PollRxAfter empty polls), while one that polls, arms
+// and sleeps never does: its completions come from the receive
+// goroutine.
 func TestSpinPollReceives(t *testing.T) {
-	for _, spin := range []bool{true, false} {
-		x, y := pair(t, verbs.QPTypeRC, rxe.Config{DeviceConfig: verbs.DeviceConfig{NoRxCoalescing: true}}, connOpts{timeout: 20}, 4096)
+	for _, c := range []struct {
+		noGRO, spin bool
+	}{{false, true}, {false, false}, {true, true}, {true, false}} {
+		spin := c.spin
+		x, y := pair(t, verbs.QPTypeRC, rxe.Config{DeviceConfig: verbs.DeviceConfig{NoRxCoalescing: c.noGRO}}, connOpts{timeout: 20}, 4096)
 		wcx := make([]verbs.WC, 1)
 		for i := range 200 {
 			postRecv(t, y, verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{y.mr.SGE(0, 64)}})
@@ -253,10 +286,10 @@ func TestSpinPollReceives(t *testing.T) {
 		}
 		got := rxe.CQDeviceStats(x.cq)["PollRxBatches"]
 		if spin && got == 0 {
-			t.Error("spinning poller never received from the socket")
+			t.Errorf("NoRxCoalescing %v: spinning poller never received from the socket", c.noGRO)
 		}
 		if !spin && got != 0 {
-			t.Errorf("poll-arm-sleep waiter received %d batches from the socket", got)
+			t.Errorf("NoRxCoalescing %v: poll-arm-sleep waiter received %d batches from the socket", c.noGRO, got)
 		}
 		wantClean(t, x.cq)
 		wantClean(t, y.cq)
@@ -288,4 +321,80 @@ func waitArm(t testing.TB, e *end, wc []verbs.WC) verbs.WC {
 			}
 		}
 	}
+}
+
+// groPair connects an RC pair of default devices (UDP GRO on) over
+// loopback UDP, with the 4.3 s ACK timeout of busyPair.
+func groPair(t *testing.T, bufSize int) (x, y *end) {
+	t.Helper()
+	x, y = pair(t, verbs.QPTypeRC, rxe.Config{}, connOpts{timeout: 20}, bufSize)
+	for _, e := range []*end{x, y} {
+		if st := rxe.SockStats(e.cq); st == nil {
+			t.Fatal("device without a udp.Socket")
+		}
+	}
+	return x, y
+}
+
+// wantGROSplit checks that e's socket received GRO super-datagrams.
+func wantGROSplit(t *testing.T, e *end) {
+	t.Helper()
+	if st := rxe.SockStats(e.cq); st["RxGROSplit"] == 0 {
+		t.Errorf("no GRO super-datagram received: %v", st)
+	}
+}
+
+// TestGROTokenPingPong is TestBusyPollPingPong on default devices (GRO
+// on, no busy-poll mode): spinning pollers take the receive token on
+// GRO sockets and the echoes arrive intact.
+func TestGROTokenPingPong(t *testing.T) {
+	x, y := groPair(t, 1<<16)
+	spinPingPong(t, x, y, 1000)
+	wantGROSplit(t, x)
+}
+
+// TestGROTokenWriteStream streams 1 MiB RDMA WRITEs (a WRITE with
+// immediate ends each MiB, so that the target has a completion to spin
+// for) between default devices whose applications both spin on Poll:
+// the target's poller takes the receive token and splits the GRO
+// super-datagrams of the stream itself. Every MiB must arrive intact,
+// without retransmissions.
+func TestGROTokenWriteStream(t *testing.T) {
+	const (
+		size   = 1 << 20
+		chunk  = 64 << 10
+		rounds = 8
+	)
+	x, y := groPair(t, 2*size)
+	wcx, wcy := make([]verbs.WC, 1), make([]verbs.WC, 1)
+	for i := range rounds {
+		fill(x.buf[:size], uint64(100+i))
+		x.sync()
+		postRecv(t, y, verbs.RecvWR{ID: uint64(i)})
+		got := make(chan verbs.WC, 1)
+		go func() { got <- spinWC(t, y, wcy) }()
+		for off := 0; off < size; off += chunk {
+			wr := verbs.SendWR{ID: uint64(off), Opcode: verbs.WRRDMAWrite,
+				SGL: []verbs.SGE{x.mr.SGE(off, chunk)}, RemoteAddr: y.mr.Addr() + uint64(off), RKey: y.mr.RKey()}
+			if off+chunk == size {
+				wr.Opcode, wr.Flags, wr.ImmData = verbs.WRRDMAWriteWithImm, verbs.SendSignaled, uint32(i)
+			}
+			post(t, x, wr)
+		}
+		wantOK(t, spinWC(t, x, wcx), verbs.WCRDMAWrite)
+		wc := <-got
+		if wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCRecvRDMAWithImm || wc.ImmData != uint32(i) {
+			t.Fatalf("round %d: target completion %+v", i, wc)
+		}
+		y.sync()
+		if !bytes.Equal(y.buf[:size], x.buf[:size]) {
+			t.Fatalf("round %d: WRITE data differs", i)
+		}
+	}
+	wantClean(t, x.cq)
+	wantClean(t, y.cq)
+	if st := rxe.CQDeviceStats(y.cq); st["PollRxBatches"] == 0 {
+		t.Errorf("the target's poller never received from the socket: %v", st)
+	}
+	wantGROSplit(t, y)
 }

@@ -52,9 +52,10 @@
 // on the completion channel after a few tens of µs: on a shared machine
 // an endless spinner waits out the time slices of whatever the OS runs
 // instead of its peer. udp.Conn has no non-blocking read, so the token
-// path reads a Linux *udp.Socket without GRO through its RawConn; other
-// Conns keep the receive goroutine on ReadBatch (in busy-poll mode
-// spinning in it, as udp.Config.BusyPoll does).
+// path reads a Linux *udp.Socket, with or without GRO, through its
+// udp.PollReader (which splits GRO super-datagrams as ReadBatch does);
+// other Conns keep the receive goroutine on ReadBatch (in busy-poll
+// mode spinning in it, as udp.Config.BusyPoll does).
 //
 // Where softib differs from Linux rxe, and why:
 //   - Each QP sends from the UDP source port rxe would use (SourcePort;
@@ -72,10 +73,11 @@
 //     misses ends in a retransmission instead of misplaced data.
 //   - ACKs carry real end-to-end credits only with
 //     Config.AdvertiseCredits; requesters always honour credits.
-//   - Sockets opened here receive with UDP GRO unless the device is
-//     busy-polled or DeviceConfig.NoRxCoalescing is set: the receive
-//     token's non-blocking reader takes plain datagrams only, so a GRO
-//     device's pollers leave the socket to the receive goroutine.
+//   - Sockets opened here receive with UDP GRO unless
+//     DeviceConfig.NoRxCoalescing is set: same-size packets that a
+//     peer sent as one GSO burst arrive as one super-datagram, which
+//     the receive goroutine, or a CQ poller holding the receive token,
+//     splits back into packets.
 //
 // Tests that open devices on real sockets should use addresses in 127/8
 // unique to the test binary, so that packages tested in parallel do not
@@ -155,7 +157,7 @@ type Config struct {
 	Conn udp.Conn
 	// UDP configures the socket Open creates when Conn is nil. BusyPoll is
 	// forced on when DeviceConfig.BusyPoll is set; GRO is forced off when
-	// DeviceConfig.BusyPoll or NoRxCoalescing is set.
+	// DeviceConfig.NoRxCoalescing is set.
 	UDP *udp.Config
 	// VerifyICRCv4 verifies the ICRC of IPv4 packets too, assuming IP ID
 	// 0 as softib (and any sender with DF on an unconnected socket) uses.

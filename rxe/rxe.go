@@ -62,9 +62,10 @@
 //     sport.go) through a send-only socket bound to (device IP, port)
 //     with SO_REUSEADDR, one per port in use. A QP whose socket cannot
 //     be opened (a foreign socket holds the port, no file descriptors
-//     left, a Conn that is not a Linux *udp.Socket) sends from the
-//     device port, counted in SportFallback; DeviceConfig.FixedSourcePort
-//     sends everything from it. Source ports are ignored on receive.
+//     left or the device's sockets at half of RLIMIT_NOFILE, a Conn that
+//     is not a Linux *udp.Socket) sends from the device port, counted in
+//     SportFallback; DeviceConfig.FixedSourcePort sends everything from
+//     it. Source ports are ignored on receive.
 //   - IPv4 ICRCs are verified only with Config.VerifyICRCv4 (a UDP socket
 //     does not show the IP ID that kernel rxe varies); IPv6 always.
 //   - SEND/WRITE FIRST and MIDDLE packets must carry exactly the path MTU

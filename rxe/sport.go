@@ -58,6 +58,7 @@ type sportTable struct {
 	// open opens the sender for a port; nil with
 	// DeviceConfig.FixedSourcePort (every QP uses the device socket).
 	open  func(port uint16) (udp.Conn, error)
+	limit int // most sockets open at once (sportSocketLimit)
 	mu    sync.Mutex
 	socks map[uint16]*sportSock
 }
@@ -67,6 +68,7 @@ func (t *sportTable) init(conn udp.Conn, addr netip.Addr, fixed bool) {
 	if fixed {
 		return
 	}
+	t.limit = sportSocketLimit()
 	s, ok := conn.(*udp.Socket)
 	if !ok {
 		t.open = func(uint16) (udp.Conn, error) { return nil, errNoSender }
@@ -81,10 +83,10 @@ func (t *sportTable) init(conn udp.Conn, addr netip.Addr, fixed bool) {
 	t.open = func(port uint16) (udp.Conn, error) { return s.Sender(netip.AddrPortFrom(ip, port)) }
 }
 
-// acquire returns the sender for port, opening it on first use, or nil
-// (counted in SportFallback) when it cannot be opened: a foreign socket
-// holds the port, the process is out of file descriptors, or the Conn
-// has no senders.
+// acquireSport returns the sender for port, opening it on first use, or
+// nil (counted in SportFallback) when it cannot be opened: a foreign
+// socket holds the port, the process is out of file descriptors (or the
+// device at its limit), or the Conn has no senders.
 func (d *Device) acquireSport(port uint16) *sportSock {
 	t := &d.sports
 	t.mu.Lock()
@@ -94,6 +96,10 @@ func (d *Device) acquireSport(port uint16) *sportSock {
 		return s
 	}
 	if d.closed.Load() {
+		return nil
+	}
+	if len(t.socks) >= t.limit {
+		d.stats.SportFallback.Inc()
 		return nil
 	}
 	c, err := t.open(port)

@@ -49,3 +49,10 @@ func TxDatagrams(d *Device) uint64 {
 	addSportSockStats(d, m)
 	return m["TxDatagrams"]
 }
+
+// SetSportLimit changes the most source-port sockets d keeps open.
+func SetSportLimit(d *Device, n int) {
+	d.sports.mu.Lock()
+	d.sports.limit = n
+	d.sports.mu.Unlock()
+}

@@ -353,6 +353,24 @@ func TestSourcePortFallback(t *testing.T) {
 			t.Fatalf("SportFallback %d, want 1 (one QP, counted once)", n)
 		}
 	})
+	t.Run("limit", func(t *testing.T) {
+		// A device at its socket limit (half of RLIMIT_NOFILE) lets
+		// further QPs fall back until a socket closes.
+		d := openDev(t, rxe.Config{})
+		rxe.SetSportLimit(d, 1)
+		u1, u2 := newEnd(t, d, verbs.QPTypeUD, 64), newEnd(t, d, verbs.QPTypeUD, 64)
+		connect(t, u1, u1, connOpts{})
+		connect(t, u2, u2, connOpts{})
+		wantSport(t, u1.qp, rxe.SourcePort(u1.qp.QPN(), 0), true)
+		wantSport(t, u2.qp, d.Addr().Port(), false)
+		if n := d.Stats()["SportFallback"]; n != 1 {
+			t.Fatalf("SportFallback %d, want 1", n)
+		}
+		u1.qp.Destroy()
+		u3 := newEnd(t, d, verbs.QPTypeUD, 64)
+		connect(t, u3, u3, connOpts{})
+		wantSport(t, u3.qp, rxe.SourcePort(u3.qp.QPN(), 0), true)
+	})
 	t.Run("simnet", func(t *testing.T) {
 		nw := udptest.NewNetwork(1)
 		conn := func(ip string) rxe.Config {

@@ -115,7 +115,8 @@ func TestSenderWireHeader(t *testing.T) {
 			t.Fatalf("capture after %d packets: %v", seen, err)
 		}
 		p := buf[:k]
-		if len(p) < 28 || p[0] != 0x45 || p[9] != unix.IPPROTO_UDP || binary.BigEndian.Uint16(p[20:]) != sport {
+		if len(p) < 28 || p[0] != 0x45 || p[9] != unix.IPPROTO_UDP || binary.BigEndian.Uint16(p[20:]) != sport ||
+			binary.BigEndian.Uint16(p[22:]) != rx.LocalAddr().Port() {
 			continue // other loopback traffic
 		}
 		seen++

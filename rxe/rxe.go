@@ -33,7 +33,13 @@
 // GSO send), sent after the QP mutex is released, in two ordered lanes
 // (requests; ACKs and responses) that may share one WriteBatch. A receive
 // round that woke a completion-channel reader yields to it before sending
-// its ACKs, so a ping-pong reply carries the ACK in the same sendmmsg.
+// its ACKs, so a ping-pong reply carries the ACK in the same sendmmsg; a
+// lone reply and a lone ACK no longer than it leave reply first, as one
+// GSO send that a GRO socket receives as one datagram. A CQ's completion
+// handler (verbs.CQAttr.Handler) is called by the goroutine whose round
+// queued the completion, right after the round releases the QP mutex
+// and before its ACKs go, so an event-driven application's reply takes
+// them along the same way, without any goroutine hand-off.
 // Packet buffers come from a pool: the data path does not allocate.
 //
 // Reading the socket is a token (busypoll.go). A CQ Poll that finds its

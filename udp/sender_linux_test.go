@@ -82,19 +82,22 @@ func TestSender(t *testing.T) {
 	}
 }
 
-// TestSenderWireHeader checks on loopback that a sender's IPv4 datagrams
-// carry DF and IP ID 0, as the RoCEv2 ICRC needs (roce-wire.md §1.2).
+// TestSenderWireHeader checks on a veth link that a sender's IPv4
+// datagrams carry DF and IP ID 0, as the RoCEv2 ICRC needs (roce-wire.md
+// §1.2).
 func TestSenderWireHeader(t *testing.T) {
 	testenv.RequireRoot(t)
-	fd, err := capture("lo")
-	if err != nil {
+	p := netns.NewPair(t, netns.PairConfig{NoIPv6: true})
+	var fd int
+	if err := p.B.Do(func() (err error) { fd, err = capture(p.B.Dev); return err }); err != nil {
 		t.Fatal(err)
 	}
 	defer unix.Close(fd)
-	ip := netip.MustParseAddr("127.0.0.1")
-	rx := listen(t, "127.0.0.1:0", nil)
-	s, err := udp.OpenSender(netip.AddrPortFrom(ip, 0), &udp.Config{TTL: 33})
-	if err != nil {
+	var s *udp.Socket
+	if err := p.A.Do(func() (err error) {
+		s, err = udp.OpenSender(netip.AddrPortFrom(p.A.Addr, 0), &udp.Config{TTL: 33})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
@@ -103,7 +106,7 @@ func TestSenderWireHeader(t *testing.T) {
 	msgs := make([]udp.Message, n)
 	for i := range msgs {
 		// Distinct sizes: one IP packet each, no GSO.
-		msgs[i] = udp.Message{Buf: make([]byte, 100+i), N: 100 + i, Addr: rx.LocalAddr()}
+		msgs[i] = udp.Message{Buf: make([]byte, 100+i), N: 100 + i, Addr: netip.AddrPortFrom(p.B.Addr, 4791)}
 	}
 	if _, err := s.WriteBatch(msgs); err != nil {
 		t.Fatal(err)
@@ -111,18 +114,20 @@ func TestSenderWireHeader(t *testing.T) {
 	buf := make([]byte, 70000)
 	for seen := 0; seen < n; {
 		k, _, err := unix.Recvfrom(fd, buf, 0)
+		if err == unix.EINTR {
+			continue
+		}
 		if err != nil {
 			t.Fatalf("capture after %d packets: %v", seen, err)
 		}
-		p := buf[:k]
-		if len(p) < 28 || p[0] != 0x45 || p[9] != unix.IPPROTO_UDP || binary.BigEndian.Uint16(p[20:]) != sport ||
-			binary.BigEndian.Uint16(p[22:]) != rx.LocalAddr().Port() {
-			continue // other loopback traffic
+		ip := buf[:k]
+		if len(ip) < 28 || ip[0] != 0x45 || ip[9] != unix.IPPROTO_UDP || binary.BigEndian.Uint16(ip[20:]) != sport {
+			continue // ARP-triggered or unrelated traffic
 		}
 		seen++
-		id, flags := binary.BigEndian.Uint16(p[4:]), binary.BigEndian.Uint16(p[6:])
-		if id != 0 || flags != 0x4000 || p[8] != 33 {
-			t.Fatalf("packet from port %d: id %d flags/frag %#x ttl %d; want id 0, DF, ttl 33", sport, id, flags, p[8])
+		id, flags := binary.BigEndian.Uint16(ip[4:]), binary.BigEndian.Uint16(ip[6:])
+		if id != 0 || flags != 0x4000 || ip[8] != 33 {
+			t.Fatalf("packet from port %d: id %d flags/frag %#x ttl %d; want id 0, DF, ttl 33", sport, id, flags, ip[8])
 		}
 	}
 }

@@ -27,10 +27,11 @@ import "softib/udp"
 //
 // On a GRO socket one read may bring more segments than a batch holds;
 // the reader keeps them pending and hands them out first on the next
-// read. Pending segments raise no readiness in the netpoller, so the
-// token is never let go with segments pending: the receive goroutine
-// goes back to Wait, whose callback reads them at once, and a poller
-// processes batches until none is left.
+// read. Pending segments raise no readiness in the netpoller, so no
+// holder leaves them behind for good: the receive goroutine lets the
+// token go only to go straight back to Wait, whose callback takes it
+// and reads them at once, and a poller processes batches until none is
+// left.
 
 // pollSock is the non-blocking socket access the receive token needs
 // (udp.PollReader on Linux; see its doc for the contract of each method).

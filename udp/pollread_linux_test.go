@@ -3,6 +3,7 @@
 package udp
 
 import (
+	"bytes"
 	"net/netip"
 	"testing"
 	"unsafe"
@@ -212,4 +213,71 @@ func TestPollReaderGROControlTruncated(t *testing.T) {
 	if st.RxSyscalls.Load() != 0 {
 		t.Fatal("TryRead(nil) read the socket")
 	}
+}
+
+// FuzzGROSplit feeds split arbitrary received datagrams (length, flags,
+// control data) and message buffer sizes, in both modes. It must not
+// panic; every call while the datagram is pending must fill a message
+// (PollReader mode) or finish the datagram (ReadBatch mode); a message
+// holds N = -1 (PollReader mode only) or a length within its buffer;
+// and an intact datagram whose segments all fit comes out whole, in
+// order.
+func FuzzGROSplit(f *testing.F) {
+	f.Add(uint16(5600), uint8(0), groCmsg(1000), uint16(1024), uint8(3), true)
+	f.Add(uint16(5600), uint8(0), groCmsg(1000), uint16(512), uint8(2), false)
+	f.Add(uint16(40), uint8(1), []byte{}, uint16(64), uint8(1), true)
+	f.Add(uint16(0), uint8(0), groCmsg(0), uint16(64), uint8(1), true)
+	f.Add(uint16(300), uint8(2), groCmsg(100), uint16(64), uint8(4), false)
+	f.Fuzz(func(t *testing.T, total uint16, flags uint8, ctl []byte, bufCap uint16, nmsg uint8, keep bool) {
+		var g groRecv
+		g.init(1, true)
+		var st Stats
+		h := &g.hdrs[0]
+		h.Len = uint32(total)
+		switch flags % 4 {
+		case 1:
+			h.Hdr.Flags = unix.MSG_TRUNC
+		case 2:
+			h.Hdr.Flags = unix.MSG_CTRUNC
+		case 3:
+			h.Hdr.Flags = unix.MSG_TRUNC | unix.MSG_CTRUNC
+		}
+		h.Hdr.SetControllen(copy(g.oob, ctl))
+		for i := range int(total) {
+			g.bufs[0][i] = byte(i*7 + i>>8)
+		}
+		g.names[0].Family = unix.AF_INET
+		g.next, g.cnt = 0, 1
+		msgs := make([]Message, 1+int(nmsg)%8)
+		for i := range msgs {
+			msgs[i].Buf = make([]byte, int(bufCap)%2048)
+		}
+		var out []byte
+		slots := 0
+		for g.pending() {
+			n := g.split(&st, msgs, keep)
+			if n == 0 && (keep || g.pending()) {
+				// (ReadBatch mode drops what does not fit without a
+				// slot, but finishes the datagram.)
+				t.Fatalf("no progress after %d bytes of %d", len(out), total)
+			}
+			for _, m := range msgs[:n] {
+				slots++
+				switch {
+				case m.N == -1 && keep:
+				case m.N >= 0 && m.N <= cap(m.Buf):
+					out = append(out, m.Buf[:m.N]...)
+				default:
+					t.Fatalf("message of %d bytes in a %d-byte buffer (keep %v)", m.N, cap(m.Buf), keep)
+				}
+			}
+		}
+		intact := flags%4 == 0
+		if intact && st.RxTruncated.Load() == 0 && !bytes.Equal(out, g.bufs[0][:total]) {
+			t.Fatalf("intact datagram of %d bytes came out as %d bytes", total, len(out))
+		}
+		if keep && slots == 0 {
+			t.Fatal("datagram without a slot")
+		}
+	})
 }

@@ -21,6 +21,7 @@ func TestGROControlTruncated(t *testing.T) {
 		t.Fatal("no UDP GRO")
 	}
 	r := &s.rd
+	r.alloc()
 	// Two received slots as recvmmsg would leave them: a 2-segment
 	// super-datagram whose UDP_GRO cmsg was cut off, then a plain one.
 	r.hdrs[0].Len = 40

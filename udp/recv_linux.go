@@ -79,11 +79,18 @@ type reader struct {
 
 func (r *reader) init(s *Socket) {
 	r.s = s
-	r.groRecv.init(s.cfg.BatchSize, s.gro)
 	// Method values made once: passing them to RawConn.Read does not
 	// allocate per call.
 	r.recvFn = r.recv
 	r.pollFn = r.poll
+}
+
+// alloc sets up the vector (and in GRO mode 64 KiB per entry) on the
+// first ReadBatch: a socket read through a PollReader never needs it.
+func (r *reader) alloc() {
+	if r.hdrs == nil {
+		r.groRecv.init(r.s.cfg.BatchSize, r.s.gro)
+	}
 }
 
 // recv is the netpoller-integrated callback: false on EAGAIN parks the
@@ -140,6 +147,7 @@ func (s *Socket) ReadBatch(msgs []Message) (int, error) {
 	r := &s.rd
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.alloc()
 	for {
 		if s.closed.Load() {
 			return 0, errClosed

@@ -173,9 +173,7 @@ func BenchmarkRCWrite(b *testing.B) {
 // benchPingPong: busyDev sets DeviceConfig.BusyPoll; busy makes both
 // sides wait with pollBusy (spinning on Poll) instead of pollSpin.
 func benchPingPong(b *testing.B, busyDev, busy bool, typ verbs.QPType) {
-	// Spinning waiters get a device without GRO, as the latency tools
-	// open theirs, so that Poll can take over the receive.
-	cfg := rxe.Config{DeviceConfig: verbs.DeviceConfig{NetMTU: 9000, BusyPoll: busyDev, NoRxCoalescing: busy}}
+	cfg := rxe.Config{DeviceConfig: verbs.DeviceConfig{NetMTU: 9000, BusyPoll: busyDev}}
 	benchPingPongOn(b, cfg, busy, typ)
 }
 
@@ -363,14 +361,13 @@ func BenchmarkRCSendPingPong(b *testing.B) {
 	// Event-driven: completion handlers on a default device.
 	b.Run("handler", benchPingPongHandler)
 	b.Run("busypoll", func(b *testing.B) { benchPingPong(b, true, true, verbs.QPTypeRC) })
-	// A device without GRO (NoRxCoalescing, as the latency tools open
-	// theirs) and spinning waiters (perftest's default): Poll takes over
-	// the receive after PollRxAfter empty polls.
+	// Spinning waiters (perftest's and ibv_rc_pingpong's default) on a
+	// default device: Poll takes over the receive after PollRxAfter
+	// empty polls.
 	b.Run("spin", func(b *testing.B) { benchPingPong(b, false, true, verbs.QPTypeRC) })
-	// Spinning waiters on a default device (GRO on): Poll takes over the
-	// receive all the same.
-	b.Run("spin-gro", func(b *testing.B) {
-		benchPingPongOn(b, rxe.Config{DeviceConfig: verbs.DeviceConfig{NetMTU: 9000}}, true, verbs.QPTypeRC)
+	// The same on devices without GRO (NoRxCoalescing).
+	b.Run("spin-nogro", func(b *testing.B) {
+		benchPingPongOn(b, rxe.Config{DeviceConfig: verbs.DeviceConfig{NetMTU: 9000, NoRxCoalescing: true}}, true, verbs.QPTypeRC)
 	})
 	b.Run("UC", func(b *testing.B) { benchPingPong(b, false, false, verbs.QPTypeUC) })
 }

@@ -50,8 +50,6 @@ func runPerf(t perftest.Test, args []string) int {
 	name := "perf " + t.String()
 	fs := devsel.NewFlagSet(name, os.Stderr)
 	dev := devsel.NewOptions()
-	// Latency tests poll: without GRO the poller reads the socket itself.
-	dev.NoRxCoalescing = strings.HasSuffix(t.String(), "_lat")
 	// -1: pick the IPv4-mapped GID as perftest does on RoCE.
 	dev.Register(fs, -1, "x", "gid-index")
 	cfg := perftest.Config{Test: t, CM: perfRDMACM}

@@ -19,7 +19,6 @@ func runPingpong(kind pingpong.Kind, args []string) int {
 	name := kind.String()
 	fs := devsel.NewFlagSet(name, os.Stderr)
 	dev := devsel.NewOptions()
-	dev.NoRxCoalescing = true // a latency tool: see devsel's --no-gro
 	// RoCE needs a GID, so -g defaults to the IPv4-mapped index.
 	dev.Register(fs, 1, "g", "gid-idx")
 	cfg, err := pingpong.RegisterFlags(fs, kind)

@@ -48,7 +48,7 @@ type Options struct {
 	// BusyPoll makes the device spin on its socket for lower latency.
 	BusyPoll bool
 	// NoRxCoalescing receives without UDP GRO (verbs.DeviceConfig
-	// NoRxCoalescing): latency tools set it before Register.
+	// NoRxCoalescing).
 	NoRxCoalescing bool
 }
 
@@ -74,7 +74,7 @@ func (o *Options) Register(fs *flag.FlagSet, gidDefault int, gidFlags ...string)
 	}
 	fs.IntVar(&o.NetMTU, "net-mtu", o.NetMTU, "link `MTU` the device assumes (default 1500; 4096-byte IB MTU needs 4176 or more)")
 	fs.BoolVar(&o.BusyPoll, "busy-poll", o.BusyPoll, "busy-poll the device socket (lower latency, one CPU spinning)")
-	fs.BoolVar(&o.NoRxCoalescing, "no-gro", o.NoRxCoalescing, "receive without UDP GRO: a polling tool then reads the socket itself (lower latency, less bandwidth; on by default for latency tests and ping-pongs)")
+	fs.BoolVar(&o.NoRxCoalescing, "no-gro", o.NoRxCoalescing, "receive without UDP GRO (one datagram per packet; GRO coalesces a peer's GSO bursts, and a polling tool reads the socket itself either way)")
 }
 
 // Port returns the IB port number (1 when unset).

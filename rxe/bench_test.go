@@ -254,7 +254,7 @@ func benchPingPongOn(b *testing.B, cfg rxe.Config, busy bool, typ verbs.QPType) 
 // goroutine runs: the echo side re-posts and replies, the timing side
 // records the round trip and sends the next ping, with no goroutine
 // hand-off and no spinning.
-func benchPingPongHandler(b *testing.B) {
+func benchPingPongHandler(b *testing.B, typ verbs.QPType) {
 	var (
 		x, y     *end
 		rx, ry   []verbs.RecvWR
@@ -314,7 +314,7 @@ func benchPingPongHandler(b *testing.B) {
 		}
 	}
 	cfg := rxe.Config{DeviceConfig: verbs.DeviceConfig{NetMTU: 9000}}
-	x, y = pairHandlers(b, verbs.QPTypeRC, cfg, connOpts{mtu: verbs.MTU4096}, 4096, hx, hy)
+	x, y = pairHandlers(b, typ, cfg, connOpts{mtu: verbs.MTU4096}, 4096, hx, hy)
 	rx = []verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{x.mr.SGE(0, 64)}}}
 	ry = []verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{y.mr.SGE(0, 64)}}}
 	sx = []verbs.SendWR{{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendInline, InlineData: make([]byte, 8)}}
@@ -359,7 +359,7 @@ func reportLatency(b *testing.B, lat []int64) {
 func BenchmarkRCSendPingPong(b *testing.B) {
 	b.Run("normal", func(b *testing.B) { benchPingPong(b, false, false, verbs.QPTypeRC) })
 	// Event-driven: completion handlers on a default device.
-	b.Run("handler", benchPingPongHandler)
+	b.Run("handler", func(b *testing.B) { benchPingPongHandler(b, verbs.QPTypeRC) })
 	b.Run("busypoll", func(b *testing.B) { benchPingPong(b, true, true, verbs.QPTypeRC) })
 	// Spinning waiters (perftest's and ibv_rc_pingpong's default) on a
 	// default device: Poll takes over the receive after PollRxAfter
@@ -370,6 +370,7 @@ func BenchmarkRCSendPingPong(b *testing.B) {
 		benchPingPongOn(b, rxe.Config{DeviceConfig: verbs.DeviceConfig{NetMTU: 9000, NoRxCoalescing: true}}, true, verbs.QPTypeRC)
 	})
 	b.Run("UC", func(b *testing.B) { benchPingPong(b, false, false, verbs.QPTypeUC) })
+	b.Run("handler-UC", func(b *testing.B) { benchPingPongHandler(b, verbs.QPTypeUC) })
 }
 
 // BenchmarkUDPPingPong is the baseline: raw Go UDP ping-pong of 8 bytes

@@ -185,8 +185,13 @@ func benchPingPongOn(b *testing.B, cfg rxe.Config, busy bool, typ verbs.QPType) 
 	ry := []verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{y.mr.SGE(0, 64)}}}
 	sx := []verbs.SendWR{{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendInline, InlineData: make([]byte, 8)}}
 	sy := []verbs.SendWR{{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendInline, InlineData: make([]byte, 8)}}
-	postRecv(b, x, rx...)
-	postRecv(b, y, ry...)
+	// rxDepth receives stay posted, as ibv_rc_pingpong keeps its
+	// rx_depth: each side re-posts one after it replied, off the
+	// critical path.
+	for range rxDepth {
+		postRecv(b, x, rx...)
+		postRecv(b, y, ry...)
+	}
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	// Echo side: wait for a receive, re-post it, send back.
@@ -214,8 +219,8 @@ func benchPingPongOn(b *testing.B, cfg rxe.Config, busy bool, typ verbs.QPType) 
 				case <-y.ch.C():
 				}
 			}
-			y.qp.PostRecv(ry)
 			y.qp.PostSend(sy)
+			y.qp.PostRecv(ry)
 		}
 	}()
 	lat := make([]int64, b.N)
@@ -232,8 +237,8 @@ func benchPingPongOn(b *testing.B, cfg rxe.Config, busy bool, typ verbs.QPType) 
 		} else {
 			pollSpin(b, x.cq, wcx)
 		}
-		x.qp.PostRecv(rx)
 		lat[i] = int64(time.Since(t0))
+		x.qp.PostRecv(rx)
 	}
 	b.StopTimer()
 	close(stop)
@@ -247,6 +252,9 @@ func benchPingPongOn(b *testing.B, cfg rxe.Config, busy bool, typ verbs.QPType) 
 	sx1, sy1 := rxe.SockStats(x.cq), rxe.SockStats(y.cq)
 	b.ReportMetric(float64(sx1["TxSyscalls"]-sx0["TxSyscalls"]+sy1["TxSyscalls"]-sy0["TxSyscalls"])/float64(b.N)/2, "sendmmsg/hop")
 }
+
+// rxDepth is the receives each ping-pong side keeps posted.
+const rxDepth = 16
 
 // benchPingPongHandler is the event-driven ping-pong: both sides handle
 // their completions in CQ completion handlers (verbs.CQAttr.Handler, the
@@ -289,8 +297,8 @@ func benchPingPongHandler(b *testing.B, typ verbs.QPType) {
 		for n := poll(cq, wcy); n > 0; n = poll(cq, wcy) {
 			for _, wc := range wcy[:n] {
 				if wc.Opcode == verbs.WCRecv {
-					y.qp.PostRecv(ry)
 					y.qp.PostSend(sy)
+					y.qp.PostRecv(ry)
 				}
 			}
 		}
@@ -303,13 +311,13 @@ func benchPingPongHandler(b *testing.B, typ verbs.QPType) {
 				}
 				lat[iter] = int64(time.Since(t0))
 				iter++
-				x.qp.PostRecv(rx)
 				if iter == len(lat) {
 					close(done)
 					continue
 				}
 				t0 = time.Now()
 				x.qp.PostSend(sx)
+				x.qp.PostRecv(rx)
 			}
 		}
 	}
@@ -319,8 +327,10 @@ func benchPingPongHandler(b *testing.B, typ verbs.QPType) {
 	ry = []verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{y.mr.SGE(0, 64)}}}
 	sx = []verbs.SendWR{{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendInline, InlineData: make([]byte, 8)}}
 	sy = []verbs.SendWR{{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendInline, InlineData: make([]byte, 8)}}
-	postRecv(b, x, rx...)
-	postRecv(b, y, ry...)
+	for range rxDepth {
+		postRecv(b, x, rx...)
+		postRecv(b, y, ry...)
+	}
 	x.cq.ReqNotify(false)
 	y.cq.ReqNotify(false)
 	b.ReportAllocs()

@@ -39,6 +39,7 @@ type pollSock interface {
 	TryRead(msgs []udp.Message) (int, error)
 	Wait(ready func() bool) error
 	ReadNow(msgs []udp.Message) (int, error)
+	ReadNowOne(msgs []udp.Message) (int, error)
 	Pending() bool
 }
 
@@ -47,6 +48,7 @@ type rxPollState struct {
 	got   int   // datagrams the callback read (token held)
 	taken bool  // the callback found the token taken by a poller
 	err   error // read error (token held)
+	woken bool  // the callback runs after a netpoller wakeup
 }
 
 // rxLoopPoll is the receive goroutine on a pollSock.
@@ -54,7 +56,7 @@ func (d *Device) rxLoopPoll() {
 	st := &d.rxState
 	ready := d.rxReady // one method value: no allocation per wait
 	for {
-		st.got, st.taken, st.err = 0, false, nil
+		st.got, st.taken, st.err, st.woken = 0, false, nil, false
 		if err := d.sr.Wait(ready); err != nil {
 			d.linkDown()
 			return
@@ -91,7 +93,19 @@ func (d *Device) rxReady() bool {
 		st.taken = true
 		return true
 	}
-	n, err := d.sr.ReadNow(d.rb.msgs)
+	// Wait's first call follows a processed batch: read a whole batch
+	// (usually nothing: the socket is empty). A call after a wakeup
+	// asks for one datagram: mostly one arrived (a request, a
+	// response, a ping-pong message), and a burst is read in full by
+	// the next round's first call.
+	var n int
+	var err error
+	if st.woken {
+		n, err = d.sr.ReadNowOne(d.rb.msgs)
+	} else {
+		n, err = d.sr.ReadNow(d.rb.msgs)
+	}
+	st.woken = true
 	if err != nil {
 		st.err = err
 		return true

@@ -122,6 +122,24 @@ func (r *PollReader) ReadNow(msgs []Message) (int, error) {
 	return r.finish(msgs)
 }
 
+// ReadNowOne is ReadNow asking the kernel for one datagram (with GRO,
+// one super-datagram, still split into up to len(msgs) messages). After
+// a wakeup for a lone datagram, which is what a ping-pong or a request
+// that waits for its response sees, it spares recvmmsg a second,
+// failing dequeue (a msghdr copied in and the queue locked for nothing);
+// a caller that got one reads the rest of a burst with ReadNow.
+func (r *PollReader) ReadNowOne(msgs []Message) (int, error) {
+	if r.v.pending() {
+		return r.v.split(&r.s.Stats, msgs, true), nil
+	}
+	r.prepare(msgs)
+	if r.vlen == 0 {
+		return 0, nil
+	}
+	r.n, r.errno = recvmmsg(r.fd, r.v.hdrs, 1)
+	return r.finish(msgs)
+}
+
 // Pending reports whether segments of a GRO read wait for the next
 // TryRead or ReadNow. A caller that stops reading while they do must
 // make sure someone reads again: they raise no readiness in Wait.

@@ -281,3 +281,76 @@ func FuzzGROSplit(f *testing.F) {
 		}
 	})
 }
+
+// TestPollReaderReadNowOne checks that ReadNowOne takes one datagram per
+// call from a plain socket, and one super-datagram (all its segments)
+// from a GRO socket, leaving the rest for ReadNow.
+func TestPollReaderReadNowOne(t *testing.T) {
+	for _, gro := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "gro"}[gro], func(t *testing.T) {
+			s, err := Listen(netip.MustParseAddrPort("127.0.0.1:0"), &Config{DisableGRO: !gro})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			c, err := Listen(netip.MustParseAddrPort("127.0.0.1:0"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			r := s.PollReader(8)
+			msgs := make([]Message, 8)
+			for i := range msgs {
+				msgs[i].Buf = make([]byte, 64)
+			}
+			// Three 10-byte datagrams (one GSO run: one super-datagram
+			// on a GRO socket), then a 20-byte one.
+			var out []Message
+			for _, p := range []string{"aaaaaaaaaa", "bbbbbbbbbb", "cccccccccc", "dddddddddddddddddddd"} {
+				out = append(out, Message{Buf: []byte(p), N: len(p), Addr: s.LocalAddr()})
+			}
+			if _, err := c.WriteBatch(out); err != nil {
+				t.Fatal(err)
+			}
+			var first, rest []string
+			if err := r.Wait(func() bool {
+				k, err := r.ReadNowOne(msgs)
+				if err != nil {
+					t.Error(err)
+					return true
+				}
+				for _, m := range msgs[:k] {
+					first = append(first, string(m.Buf[:m.N]))
+				}
+				return k > 0
+			}); err != nil {
+				t.Fatal(err)
+			}
+			for tries := 0; len(first)+len(rest) < 4 && tries < 10; tries++ {
+				if err := r.Wait(func() bool {
+					k, err := r.ReadNow(msgs)
+					if err != nil {
+						t.Error(err)
+						return true
+					}
+					for _, m := range msgs[:k] {
+						rest = append(rest, string(m.Buf[:m.N]))
+					}
+					return k > 0
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := 1
+			if gro {
+				want = 3
+			}
+			if len(first) != want || first[0] != "aaaaaaaaaa" {
+				t.Fatalf("ReadNowOne gave %q, want the first %d datagrams", first, want)
+			}
+			if all := append(first, rest...); len(all) != 4 || all[3] != "dddddddddddddddddddd" {
+				t.Fatalf("datagrams %q", all)
+			}
+		})
+	}
+}

@@ -48,6 +48,13 @@ func Listen(addr netip.AddrPort, cfg *Config) (*Socket, error) {
 	if !addr.IsValid() {
 		addr = netip.AddrPortFrom(netip.IPv4Unspecified(), addr.Port())
 	}
+	return open(addr, c, false, "listen")
+}
+
+// open binds a socket to addr with c's options (and SO_REUSEADDR if
+// reuse) and sets up its send and receive state; Listen and OpenSender
+// share it. what names the operation in errors.
+func open(addr netip.AddrPort, c Config, reuse bool, what string) (*Socket, error) {
 	ip := addr.Addr()
 	is6 := ip.Is6() && !ip.Is4In6()
 	network := "udp4"
@@ -59,6 +66,12 @@ func Listen(addr netip.AddrPort, cfg *Config) (*Socket, error) {
 	var optErr error
 	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
 		err := rc.Control(func(fd uintptr) {
+			if reuse {
+				if e := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); e != nil {
+					optErr = os.NewSyscallError("setsockopt SO_REUSEADDR", e)
+					return
+				}
+			}
 			optErr = setOptions(int(fd), is6, &c)
 		})
 		if err != nil {
@@ -68,13 +81,13 @@ func Listen(addr netip.AddrPort, cfg *Config) (*Socket, error) {
 	}}
 	pc, err := lc.ListenPacket(context.Background(), network, addr.String())
 	if err != nil {
-		return nil, fmt.Errorf("udp: listen %v: %w", addr, err)
+		return nil, fmt.Errorf("udp: %s %v: %w", what, addr, err)
 	}
 	uc := pc.(*net.UDPConn)
 	rc, err := uc.SyscallConn()
 	if err != nil {
 		uc.Close()
-		return nil, fmt.Errorf("udp: listen %v: %w", addr, err)
+		return nil, fmt.Errorf("udp: %s %v: %w", what, addr, err)
 	}
 	s := &Socket{conn: uc, rc: rc, is6: is6, cfg: c}
 	s.laddr = uc.LocalAddr().(*net.UDPAddr).AddrPort()

@@ -140,27 +140,7 @@ func TestSenderAllocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	out := make([]udp.Message, 8)
-	for i := range out {
-		out[i] = udp.Message{Buf: payload(i, 1000), N: 1000, Addr: rx.LocalAddr()}
-	}
-	in := make([]udp.Message, 8)
-	for i := range in {
-		in[i].Buf = make([]byte, 1100)
-	}
-	allocs := testing.AllocsPerRun(50, func() {
-		if _, err := s.WriteBatch(out); err != nil {
-			t.Fatal(err)
-		}
-		for got := 0; got < len(out); {
-			n, err := rx.ReadBatch(in)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got += n
-		}
-	})
-	if allocs != 0 {
+	if allocs := roundAllocs(t, s, rx, 8, 1000); allocs != 0 {
 		t.Fatalf("%v allocations per send+receive round", allocs)
 	}
 }

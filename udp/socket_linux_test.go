@@ -284,32 +284,38 @@ func TestAllocs(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%s", c.name, fam), func(t *testing.T) {
 				tx := listen(t, fam, &c.cfg)
 				rx := listen(t, fam, &c.cfg)
-				out := make([]udp.Message, 16)
-				for i := range out {
-					out[i] = udp.Message{Buf: payload(i, 4200), N: 4200, Addr: rx.LocalAddr()}
-				}
-				in := make([]udp.Message, 16)
-				for i := range in {
-					in[i].Buf = make([]byte, 4300)
-				}
-				allocs := testing.AllocsPerRun(50, func() {
-					if _, err := tx.WriteBatch(out); err != nil {
-						t.Fatal(err)
-					}
-					for got := 0; got < len(out); {
-						n, err := rx.ReadBatch(in)
-						if err != nil {
-							t.Fatal(err)
-						}
-						got += n
-					}
-				})
-				if allocs != 0 {
+				if allocs := roundAllocs(t, tx, rx, 16, 4200); allocs != 0 {
 					t.Fatalf("%v allocs per WriteBatch+ReadBatch, want 0", allocs)
 				}
 			})
 		}
 	}
+}
+
+// roundAllocs returns the allocations of one round: n datagrams of size
+// bytes written by tx in one WriteBatch and read by rx with ReadBatch.
+func roundAllocs(t *testing.T, tx, rx *udp.Socket, n, size int) float64 {
+	t.Helper()
+	out := make([]udp.Message, n)
+	for i := range out {
+		out[i] = udp.Message{Buf: payload(i, size), N: size, Addr: rx.LocalAddr()}
+	}
+	in := make([]udp.Message, n)
+	for i := range in {
+		in[i].Buf = make([]byte, size+100)
+	}
+	return testing.AllocsPerRun(50, func() {
+		if _, err := tx.WriteBatch(out); err != nil {
+			t.Fatal(err)
+		}
+		for got := 0; got < len(out); {
+			k, err := rx.ReadBatch(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += k
+		}
+	})
 }
 
 // TestConcurrent has several goroutines write through one socket while

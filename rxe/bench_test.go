@@ -383,19 +383,22 @@ func BenchmarkRCSendPingPong(b *testing.B) {
 	b.Run("handler-UC", func(b *testing.B) { benchPingPongHandler(b, verbs.QPTypeUC) })
 }
 
+// udpPair opens two loopback UDP sockets, closed when b ends.
+func udpPair(b *testing.B) (ca, cb *net.UDPConn) {
+	for _, c := range []**net.UDPConn{&ca, &cb} {
+		var err error
+		if *c, err = net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(testAddr(), 0))); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { (*c).Close() })
+	}
+	return ca, cb
+}
+
 // BenchmarkUDPPingPong is the baseline: raw Go UDP ping-pong of 8 bytes
 // between two loopback sockets.
 func BenchmarkUDPPingPong(b *testing.B) {
-	ca, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(testAddr(), 0)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ca.Close()
-	cb, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(testAddr(), 0)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cb.Close()
+	ca, cb := udpPair(b)
 	go func() {
 		buf := make([]byte, 64)
 		for {
@@ -428,16 +431,7 @@ func BenchmarkUDPPingPong(b *testing.B) {
 // to BenchmarkUDPPingPong is the cost of that Go scheduling hop alone,
 // the floor under BenchmarkRCSendPingPong/normal.
 func BenchmarkUDPPingPongHandoff(b *testing.B) {
-	ca, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(testAddr(), 0)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ca.Close()
-	cb, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(testAddr(), 0)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cb.Close()
+	ca, cb := udpPair(b)
 	type dgram struct {
 		n    int
 		from netip.AddrPort

@@ -110,7 +110,10 @@ func (r *PollReader) Wait(ready func() bool) error {
 }
 
 // ReadNow is TryRead for use inside Wait's callback.
-func (r *PollReader) ReadNow(msgs []Message) (int, error) {
+func (r *PollReader) ReadNow(msgs []Message) (int, error) { return r.readNow(msgs, false) }
+
+// readNow is ReadNow, or ReadNowOne with one.
+func (r *PollReader) readNow(msgs []Message, one bool) (int, error) {
 	if r.v.pending() {
 		return r.v.split(&r.s.Stats, msgs, true), nil
 	}
@@ -118,7 +121,11 @@ func (r *PollReader) ReadNow(msgs []Message) (int, error) {
 	if r.vlen == 0 {
 		return 0, nil
 	}
-	r.syscall(r.fd)
+	if one {
+		r.n, r.errno = recvmmsg(r.fd, r.v.hdrs, 1)
+	} else {
+		r.syscall(r.fd)
+	}
 	return r.finish(msgs)
 }
 
@@ -128,17 +135,7 @@ func (r *PollReader) ReadNow(msgs []Message) (int, error) {
 // that waits for its response sees, it spares recvmmsg a second,
 // failing dequeue (a msghdr copied in and the queue locked for nothing);
 // a caller that got one reads the rest of a burst with ReadNow.
-func (r *PollReader) ReadNowOne(msgs []Message) (int, error) {
-	if r.v.pending() {
-		return r.v.split(&r.s.Stats, msgs, true), nil
-	}
-	r.prepare(msgs)
-	if r.vlen == 0 {
-		return 0, nil
-	}
-	r.n, r.errno = recvmmsg(r.fd, r.v.hdrs, 1)
-	return r.finish(msgs)
-}
+func (r *PollReader) ReadNowOne(msgs []Message) (int, error) { return r.readNow(msgs, true) }
 
 // Pending reports whether segments of a GRO read wait for the next
 // TryRead or ReadNow. A caller that stops reading while they do must

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,21 @@ func stressDatagram(b []byte, id, seq int) {
 	for j := 8; j < len(b); j++ {
 		b[j] = byte(seq*13 + id + j)
 	}
+}
+
+// appendStressBurst appends to msgs 1 to maxShapes rxe-like runs
+// (rxeShapes, chosen by r) of stress datagrams from sender id to to,
+// numbered from *seq on.
+func appendStressBurst(msgs []udp.Message, r *rand.Rand, maxShapes, id int, seq *int, to netip.AddrPort) []udp.Message {
+	for range 1 + r.IntN(maxShapes) {
+		for _, l := range rxeShapes[r.IntN(len(rxeShapes))] {
+			b := make([]byte, l)
+			stressDatagram(b, id, *seq)
+			*seq++
+			msgs = append(msgs, udp.Message{Buf: b, N: l, Addr: to})
+		}
+	}
+	return msgs
 }
 
 // checkStress reports whether b is an intact datagram built by
@@ -104,16 +120,8 @@ func groStress(t *testing.T, rcfg udp.Config, nmsg int) {
 				var msgs []udp.Message
 				n := 0
 				for range batches {
-					msgs = msgs[:0]
 					// One to three shapes per WriteBatch.
-					for range 1 + r.IntN(3) {
-						for _, l := range rxeShapes[r.IntN(len(rxeShapes))] {
-							b := make([]byte, l)
-							stressDatagram(b, s, seq)
-							seq++
-							msgs = append(msgs, udp.Message{Buf: b, N: l, Addr: rx.LocalAddr()})
-						}
-					}
+					msgs = appendStressBurst(msgs[:0], r, 3, s, &seq, rx.LocalAddr())
 					if _, err := txs[s].WriteBatch(msgs); err != nil {
 						t.Error(err)
 						return
@@ -206,15 +214,7 @@ func TestGRODuplex(t *testing.T) {
 					r := rand.New(rand.NewPCG(uint64(side), uint64(w)))
 					seq := w << 24
 					for range 300 {
-						var msgs []udp.Message
-						for range 1 + r.IntN(3) {
-							for _, l := range rxeShapes[r.IntN(len(rxeShapes))] {
-								b := make([]byte, l)
-								stressDatagram(b, side, seq)
-								seq++
-								msgs = append(msgs, udp.Message{Buf: b, N: l, Addr: peer.LocalAddr()})
-							}
-						}
+						msgs := appendStressBurst(nil, r, 3, side, &seq, peer.LocalAddr())
 						if _, err := me.WriteBatch(msgs); err != nil {
 							t.Error(err)
 							return

@@ -332,15 +332,7 @@ func TestPollReaderGROStress(t *testing.T) {
 			seq, n := 0, 0
 			var out []udp.Message
 			for range batches {
-				out = out[:0]
-				for range 1 + rnd.IntN(2) {
-					for _, l := range rxeShapes[rnd.IntN(len(rxeShapes))] {
-						b := make([]byte, l)
-						stressDatagram(b, s, seq)
-						seq++
-						out = append(out, udp.Message{Buf: b, N: l, Addr: rx.LocalAddr()})
-					}
-				}
+				out = appendStressBurst(out[:0], rnd, 2, s, &seq, rx.LocalAddr())
 				if _, err := tx.WriteBatch(out); err != nil {
 					t.Error(err)
 					return

@@ -436,5 +436,8 @@ func (q *QP) newPacket(op roce.Opcode, psn seqnum.PSN, dqpn uint32, size int, ds
 // finish writes the ICRC of a built packet (IPv4: ID 0 and DF, which the
 // udp package's unconnected IP_PMTUDISC_DO socket puts on the wire).
 func (q *QP) finish(p *packet) {
+	if q.sport.pending {
+		q.openSport()
+	}
 	q.encap.get(q.srcAddr(), p.addr).SetICRC(p.buf[:p.n])
 }

@@ -147,9 +147,10 @@ func (d *Device) closeSports() {
 // txLane mutexes held, so the lanes may read it with their own mutex
 // alone, and no send is under way on a sender being released.
 type qpSport struct {
-	sock *sportSock     // nil: the device socket
-	port uint16         // the port chosen (0: none yet); sock may be nil if it failed
-	src  netip.AddrPort // ICRC source address while sock is set
+	sock    *sportSock     // nil: the device socket
+	port    uint16         // the port chosen (0: none yet); sock may be nil if it failed
+	pending bool           // the sender for port is to be opened before the next packet
+	src     netip.AddrPort // ICRC source address while sock is set
 }
 
 // txConn returns the Conn the QP's packets leave from (a txLane mutex
@@ -188,21 +189,32 @@ func (q *QP) updateSport() {
 	if port == q.sport.port {
 		return
 	}
-	var s *sportSock
-	if port != 0 {
-		s = q.dev.acquireSport(port)
-	}
-	old := q.swapSport(s, port)
+	// The sender is opened when the QP first builds a packet (openSport):
+	// connection setup does not wait for a socket, and a QP that never
+	// sends holds none.
+	old := q.swapSport(nil, port, port != 0)
 	q.dev.releaseSport(old)
 }
 
-// swapSport installs s (nil: the device socket) for port and returns the
-// previous sender (mu held).
-func (q *QP) swapSport(s *sportSock, port uint16) *sportSock {
+// openSport opens the sender a Modify chose, before the first packet
+// from the port is built (mu held): its ICRC covers the source port.
+// A port that cannot be opened is not tried again until the next one
+// (the QP sends from the device port, counted in SportFallback).
+func (q *QP) openSport() {
+	port := q.sport.port
+	s := q.dev.acquireSport(port)
+	old := q.swapSport(s, port, false)
+	q.dev.releaseSport(old)
+}
+
+// swapSport installs s (nil: the device socket) for port, with pending
+// set if the sender is still to be opened, and returns the previous
+// sender (mu held).
+func (q *QP) swapSport(s *sportSock, port uint16, pending bool) *sportSock {
 	q.reqTx.mu.Lock()
 	q.respTx.mu.Lock()
 	old := q.sport.sock
-	q.sport = qpSport{sock: s, port: port, src: netip.AddrPortFrom(q.dev.laddr.Addr(), port)}
+	q.sport = qpSport{sock: s, port: port, pending: pending, src: netip.AddrPortFrom(q.dev.laddr.Addr(), port)}
 	q.respTx.mu.Unlock()
 	q.reqTx.mu.Unlock()
 	return old
@@ -211,7 +223,7 @@ func (q *QP) swapSport(s *sportSock, port uint16) *sportSock {
 // dropSport releases the QP's sender when it is destroyed (mu not held).
 func (q *QP) dropSport() {
 	q.mu.Lock()
-	old := q.swapSport(nil, 0)
+	old := q.swapSport(nil, 0, false)
 	q.mu.Unlock()
 	q.dev.releaseSport(old)
 }

@@ -6,13 +6,25 @@ import (
 	"softib/verbs"
 )
 
-// QPSourcePort returns the source port a QP's packets leave from and
-// whether it has its own socket for it (false: the device socket).
+// QPSourcePort returns the source port a QP's next packet leaves from
+// and whether it has its own socket for it (false: the device socket),
+// opening the sender a Modify chose as the next packet would.
 func QPSourcePort(qp verbs.QP) (port uint16, own bool) {
 	q := qp.(*QP)
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.sport.pending {
+		q.openSport()
+	}
 	return q.srcAddr().Port(), q.sport.sock != nil
+}
+
+// QPSportPending reports whether a QP's sender is still to be opened.
+func QPSportPending(qp verbs.QP) bool {
+	q := qp.(*QP)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.sport.pending
 }
 
 // SportSockets returns the number of open source-port sockets of d.

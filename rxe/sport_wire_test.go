@@ -464,6 +464,8 @@ func TestSourcePortEMFILE(t *testing.T) {
 		a, b := newEnd(t, da, verbs.QPTypeRC, 8192), newEnd(t, db, verbs.QPTypeRC, 8192)
 		connect(t, a, b, connOpts{})
 		connect(t, b, a, connOpts{})
+		rxe.QPSourcePort(a.qp) // open the senders, as a first packet would
+		rxe.QPSourcePort(b.qp)
 		pairs = append(pairs, [2]*end{a, b})
 	}
 	fb := da.Stats()["SportFallback"] + db.Stats()["SportFallback"]
@@ -478,4 +480,29 @@ func TestSourcePortEMFILE(t *testing.T) {
 		sportTraffic(t, p[0], p[1])
 	}
 	t.Logf("%d pairs, %d fallback QPs moved data", len(pairs), fb)
+}
+
+// TestSourcePortLazy checks that a QP opens its sender when it first
+// sends, not at RTR: connection setup does not wait for a socket, and
+// connected QPs that never send hold none.
+func TestSourcePortLazy(t *testing.T) {
+	da, db := openDev(t, rxe.Config{}), openDev(t, rxe.Config{})
+	a, b := newEnd(t, da, verbs.QPTypeRC, 4096), newEnd(t, db, verbs.QPTypeRC, 4096)
+	connect(t, a, b, connOpts{})
+	connect(t, b, a, connOpts{})
+	if n := rxe.SportSockets(da) + rxe.SportSockets(db); n != 0 || !rxe.QPSportPending(a.qp) || !rxe.QPSportPending(b.qp) {
+		t.Fatalf("after connect: %d sockets open, pending %v/%v; want none open, both pending",
+			n, rxe.QPSportPending(a.qp), rxe.QPSportPending(b.qp))
+	}
+	// a's request opens a's sender; b's ACK opens b's.
+	post(t, a, verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{a.mr.SGE(0, 64)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	if wc := waitWC(t, a.cq, 1)[0]; wc.Status != verbs.WCSuccess {
+		t.Fatalf("WRITE: %v", wc.Status)
+	}
+	if rxe.QPSportPending(a.qp) || rxe.QPSportPending(b.qp) || rxe.SportSockets(da) != 1 || rxe.SportSockets(db) != 1 {
+		t.Fatalf("after a WRITE and its ACK: pending %v/%v, sockets %d/%d; want opened, 1/1",
+			rxe.QPSportPending(a.qp), rxe.QPSportPending(b.qp), rxe.SportSockets(da), rxe.SportSockets(db))
+	}
+	wantSport(t, a.qp, rxe.SourcePort(a.qp.QPN(), b.qp.QPN()), true)
 }

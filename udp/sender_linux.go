@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -57,28 +58,63 @@ func (s *Socket) Sender(laddr netip.AddrPort) (*Socket, error) {
 	c := s.cfg
 	addr := senderAddr(s.laddr, laddr)
 	open := func() (*Socket, error) { return OpenSender(addr, &c) }
-	var nsfd int
-	var err error
-	if cerr := s.rc.Control(func(fd uintptr) { nsfd, err = unix.IoctlRetInt(int(fd), unix.SIOCGSKNS) }); cerr != nil {
-		return nil, s.wrapErr("ioctl SIOCGSKNS", cerr)
-	}
-	if err != nil {
+	// Holding the cache's lock keeps Close from closing nsfd under us.
+	s.ns.mu.Lock()
+	defer s.ns.mu.Unlock()
+	nsfd, dev, ino := s.ns.get(s)
+	if nsfd < 0 {
 		// Not permitted (unprivileged) or an old kernel: the
 		// calling thread's namespace is all that can be used.
 		return open()
 	}
-	defer unix.Close(nsfd)
-	var want, cur unix.Stat_t
-	if err := unix.Fstat(nsfd, &want); err != nil {
-		return nil, os.NewSyscallError("fstat", err)
-	}
 	runtime.LockOSThread()
-	if err := unix.Stat("/proc/thread-self/ns/net", &cur); err == nil && cur.Dev == want.Dev && cur.Ino == want.Ino {
+	var cur unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &cur); err == nil && cur.Dev == dev && cur.Ino == ino {
 		defer runtime.UnlockOSThread()
 		return open()
 	}
 	runtime.UnlockOSThread()
 	return inNetns(nsfd, open)
+}
+
+// sockNS caches a socket's network namespace (a descriptor from
+// SIOCGSKNS and its identity), looked up at the first Sender: a device
+// opens a sender per connection, and the lookup would cost three system
+// calls each time.
+type sockNS struct {
+	mu       sync.Mutex // held by Sender throughout
+	done     bool
+	fd       int // -1: not available
+	dev, ino uint64
+}
+
+// get returns the namespace descriptor and identity, fd -1 if the
+// kernel does not tell (or the socket is closed); n.mu held.
+func (n *sockNS) get(s *Socket) (fd int, dev, ino uint64) {
+	if !n.done {
+		n.done, n.fd = true, -1
+		var nsfd int
+		var err error
+		if cerr := s.rc.Control(func(fd uintptr) { nsfd, err = unix.IoctlRetInt(int(fd), unix.SIOCGSKNS) }); cerr == nil && err == nil {
+			var st unix.Stat_t
+			if unix.Fstat(nsfd, &st) == nil {
+				n.fd, n.dev, n.ino = nsfd, st.Dev, st.Ino
+			} else {
+				unix.Close(nsfd)
+			}
+		}
+	}
+	return n.fd, n.dev, n.ino
+}
+
+// close releases the cached descriptor (Socket.Close).
+func (n *sockNS) close() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.fd >= 0 && n.done {
+		unix.Close(n.fd)
+	}
+	n.done, n.fd = true, -1
 }
 
 // inNetns runs open on a thread switched into the network namespace

@@ -34,6 +34,7 @@ type Socket struct {
 
 	rd reader
 	wr writer
+	ns sockNS // the socket's network namespace, for Sender
 
 	// Stats counts socket events.
 	Stats Stats
@@ -183,6 +184,7 @@ func (s *Socket) Close() error {
 	if s.closed.Swap(true) {
 		return errClosed
 	}
+	s.ns.close()
 	return s.conn.Close()
 }
 

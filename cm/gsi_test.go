@@ -183,10 +183,15 @@ func TestGSIConnectRC(t *testing.T) {
 		QPN:         ea.qp.QPN(),
 		StartingPSN: 0x100, ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7,
 	}
-	if err := id.SendREQ(p); err != nil {
+	// The active QP goes to INIT before the REQ, as rdma_cm moves it when
+	// the QP is created (cma_init_conn_qp): the REP can come back, and
+	// the handler move the QP to RTR, before SendREQ returns.
+	if err := ea.qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1,
+		AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
+		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
 		t.Fatal(err)
 	}
-	if err := modify(id, ea.qp, verbs.QPStateInit); err != nil {
+	if err := id.SendREQ(p); err != nil {
 		t.Fatal(err)
 	}
 	timeout := time.After(30 * time.Second) // hang guard

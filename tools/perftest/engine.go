@@ -385,6 +385,16 @@ func (e *Engine) WriteLat(ctx context.Context, size, iters int, client bool, dea
 					if err := ctx.Err(); err != nil {
 						return nil, fmt.Errorf("waiting for the peer's write %d: %w", rcnt, err)
 					}
+					// Poll the (empty: every send was waited for) CQ:
+					// a softib device's polling reader then takes the
+					// peer's WRITE off the socket in this goroutine. Go
+					// runs a spinner that yields again before it
+					// checks the netpoller, so with both sides spinning
+					// on two cores the device's receive goroutine
+					// would wait for one of them to sleep.
+					if n, err := e.SendCQ.Poll(e.wcs[:1]); err != nil || n > 0 {
+						return nil, fmt.Errorf("unexpected completion while waiting for the peer's write %d: %v %+v", rcnt, err, e.wcs[0])
+					}
 					if dur && time.Now().After(deadline.Add(time.Second)) {
 						s.Iters = uint64(scnt)
 						return s, nil

@@ -57,7 +57,12 @@
 // inside rxe: the application spins by calling Poll, and should sleep
 // on the completion channel after a few tens of µs: on a shared machine
 // an endless spinner waits out the time slices of whatever the OS runs
-// instead of its peer. udp.Conn has no non-blocking read, so the token
+// instead of its peer. An application that waits by watching memory (an
+// RDMA WRITE's last byte, as perftest's write_lat does) should still
+// Poll a CQ now and then: Go runs a goroutine that yields with
+// runtime.Gosched again before it checks the netpoller, so while every
+// P spins the receive goroutine does not run, and the poll is what
+// reads the socket. udp.Conn has no non-blocking read, so the token
 // path reads a Linux *udp.Socket, with or without GRO, through its
 // udp.PollReader (which splits GRO super-datagrams as ReadBatch does);
 // other Conns keep the receive goroutine on ReadBatch (in busy-poll

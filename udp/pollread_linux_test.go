@@ -312,34 +312,28 @@ func TestPollReaderReadNowOne(t *testing.T) {
 			if _, err := c.WriteBatch(out); err != nil {
 				t.Fatal(err)
 			}
-			var first, rest []string
-			if err := r.Wait(func() bool {
-				k, err := r.ReadNowOne(msgs)
-				if err != nil {
-					t.Error(err)
-					return true
-				}
-				for _, m := range msgs[:k] {
-					first = append(first, string(m.Buf[:m.N]))
-				}
-				return k > 0
-			}); err != nil {
-				t.Fatal(err)
-			}
-			for tries := 0; len(first)+len(rest) < 4 && tries < 10; tries++ {
+			// waitRead waits with r and reads once with read, returning
+			// the payloads.
+			waitRead := func(read func([]Message) (int, error)) (got []string) {
 				if err := r.Wait(func() bool {
-					k, err := r.ReadNow(msgs)
+					k, err := read(msgs)
 					if err != nil {
 						t.Error(err)
 						return true
 					}
 					for _, m := range msgs[:k] {
-						rest = append(rest, string(m.Buf[:m.N]))
+						got = append(got, string(m.Buf[:m.N]))
 					}
 					return k > 0
 				}); err != nil {
 					t.Fatal(err)
 				}
+				return got
+			}
+			first := waitRead(r.ReadNowOne)
+			var rest []string
+			for tries := 0; len(first)+len(rest) < 4 && tries < 10; tries++ {
+				rest = append(rest, waitRead(r.ReadNow)...)
 			}
 			want := 1
 			if gro {

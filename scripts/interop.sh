@@ -104,6 +104,10 @@ if [ -z "${INTEROP_CASES:-}" ]; then
 	# second failure fails the run. The first log is kept.
 	failed=$(grep -E '^FAIL\s+softib/' "$art/go-interop.log" | awk '{print $2}' | sed 's#^softib/#./#' | sort -u | tr '\n' ' ')
 	if [ "$grc" != 0 ] && [ -n "$failed" ]; then
+		# The artefacts go when the run passes in the end: show what
+		# failed, so that a FLAKY pass stays diagnosable from the log.
+		echo "== interop: first run's failures:"
+		grep -E -A40 -- '--- FAIL' "$art/go-interop.log" | head -200
 		echo "== interop: retrying once: $failed"
 		# shellcheck disable=SC2086
 		go test -count=1 -timeout 20m -run 'Interop' $failed 2>&1 |

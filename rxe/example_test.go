@@ -66,3 +66,80 @@ func Example() {
 	fmt.Println(wc[0].Opcode, wc[0].Status, string(b.mr.Buf()[:wc[0].ByteLen]))
 	// Output: RECV success hello, rxe
 }
+
+// Example_completionHandler answers every message in the receiving CQ's
+// completion handler (verbs.CQAttr.Handler), which the device's receive
+// goroutine runs: an event-driven echo with no goroutine of its own.
+func Example_completionHandler() {
+	open := func(ip string) verbs.Device {
+		d, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: netip.MustParseAddr(ip)}})
+		if err != nil {
+			panic(err)
+		}
+		return d
+	}
+	da, db := open("127.77.0.3"), open("127.77.0.4")
+	defer da.Close()
+	defer db.Close()
+
+	var echo verbs.QP // b's QP, set below
+	bBuf := make([]byte, 64)
+	wcs := make([]verbs.WC, 4)
+	handler := func(cq verbs.CQ) {
+		for {
+			n, _ := cq.Poll(wcs)
+			if n == 0 {
+				// Arm, then poll again: a completion that came in
+				// before the arm raises no event.
+				cq.ReqNotify(false)
+				if n, _ = cq.Poll(wcs); n == 0 {
+					return
+				}
+			}
+			for _, wc := range wcs[:n] {
+				if wc.Opcode == verbs.WCRecv && wc.Status == verbs.WCSuccess {
+					reply := append([]byte("echo: "), bBuf[:wc.ByteLen]...)
+					echo.PostSend([]verbs.SendWR{{Opcode: verbs.WRSend, Flags: verbs.SendInline, InlineData: reply}})
+				}
+			}
+		}
+	}
+	mk := func(d verbs.Device, buf []byte, h func(verbs.CQ)) (verbs.CQ, verbs.QP, verbs.MR) {
+		pd, _ := d.AllocPD()
+		cq, _ := d.CreateCQ(verbs.CQAttr{CQE: 16, Handler: h})
+		qp, _ := pd.CreateQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+			Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}})
+		mr, _ := pd.RegMR(buf, verbs.AccessLocalWrite)
+		return cq, qp, mr
+	}
+	aBuf := make([]byte, 64)
+	acq, aqp, amr := mk(da, aBuf, nil)
+	bcq, bqp, bmr := mk(db, bBuf, handler)
+	echo = bqp
+	connect := func(qp verbs.QP, peer verbs.Device, peerQP verbs.QP) {
+		gid, _ := peer.QueryGID(1, 1)
+		qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1},
+			verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags)
+		qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, DestQPN: peerQP.QPN(),
+			MaxDestRdAtomic: 1, MinRNRTimer: 12, AH: verbs.AHAttr{IsGlobal: true, PortNum: 1,
+				GRH: verbs.GlobalRoute{DGID: gid, SGIDIndex: 1, HopLimit: 64}}},
+			verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
+				verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer)
+		qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
+			verbs.QPAttrState|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|verbs.QPAttrSQPSN|verbs.QPAttrMaxQPRdAtomic)
+	}
+	connect(aqp, db, bqp)
+	connect(bqp, da, aqp)
+
+	bqp.PostRecv([]verbs.RecvWR{{SGL: []verbs.SGE{bmr.SGE(0, 64)}}})
+	bcq.ReqNotify(false) // arm: the first message calls the handler
+	aqp.PostRecv([]verbs.RecvWR{{SGL: []verbs.SGE{amr.SGE(0, 64)}}})
+	aqp.PostSend([]verbs.SendWR{{Opcode: verbs.WRSend, Flags: verbs.SendInline, InlineData: []byte("ping")}})
+
+	wc := make([]verbs.WC, 1)
+	for n, _ := acq.Poll(wc); n == 0; n, _ = acq.Poll(wc) {
+		time.Sleep(time.Millisecond)
+	}
+	fmt.Println(string(aBuf[:wc[0].ByteLen]))
+	// Output: echo: ping
+}

@@ -12,14 +12,7 @@ import (
 // and counted rather than handed up whole, and that a datagram after it
 // in the same batch still comes out.
 func TestGROControlTruncated(t *testing.T) {
-	s, err := Listen(netip.MustParseAddrPort("127.0.0.1:0"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if _, gro := s.Offloads(); !gro {
-		t.Fatal("no UDP GRO")
-	}
+	s := listenGROInternal(t)
 	r := &s.rd
 	r.alloc()
 	// Two received slots as recvmmsg would leave them: a 2-segment
@@ -40,4 +33,19 @@ func TestGROControlTruncated(t *testing.T) {
 	if got := s.Stats.RxTruncated.Load(); got != 1 {
 		t.Fatalf("RxTruncated = %d, want 1", got)
 	}
+}
+
+// listenGROInternal opens a loopback socket that must receive with UDP
+// GRO, closed when t ends (the internal tests' twin of listenGRO).
+func listenGROInternal(t *testing.T) *Socket {
+	t.Helper()
+	s, err := Listen(netip.MustParseAddrPort("127.0.0.1:0"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if _, gro := s.Offloads(); !gro {
+		t.Fatal("no UDP GRO")
+	}
+	return s
 }

@@ -40,6 +40,45 @@ func appendStressBurst(msgs []udp.Message, r *rand.Rand, maxShapes, id int, seq 
 	return msgs
 }
 
+// listenGRO is listen for a socket that must receive with UDP GRO.
+func listenGRO(t testing.TB, cfg *udp.Config) *udp.Socket {
+	t.Helper()
+	s := listen(t, "127.0.0.1:0", cfg)
+	if _, gro := s.Offloads(); !gro {
+		t.Fatal("no UDP GRO")
+	}
+	return s
+}
+
+// stressTally counts the stress datagrams a test received: intact ones
+// (got), malformed ones and duplicates.
+type stressTally struct {
+	seen          map[[2]int]bool
+	got, bad, dup int
+}
+
+// add checks one received datagram and reports whether it was intact;
+// the first five malformed ones are reported through t.
+func (s *stressTally) add(t testing.TB, m udp.Message) bool {
+	id, seq, ok := checkStress(m.Buf[:max(m.N, 0)])
+	if !ok {
+		if s.bad++; s.bad <= 5 {
+			t.Errorf("malformed datagram of %d bytes (sender %d, seq %d)", m.N, id, seq)
+		}
+		return false
+	}
+	if s.seen == nil {
+		s.seen = map[[2]int]bool{}
+	}
+	k := [2]int{id, seq}
+	if s.seen[k] {
+		s.dup++
+	}
+	s.seen[k] = true
+	s.got++
+	return true
+}
+
 // checkStress reports whether b is an intact datagram built by
 // stressDatagram, and its sender and sequence number.
 func checkStress(b []byte) (id, seq int, ok bool) {
@@ -97,10 +136,7 @@ func groStress(t *testing.T, rcfg udp.Config, nmsg int) {
 		bufCap    = 4096 + 128 // rxe's packet buffer
 		seqStride = 1 << 24    // writers of one sender use disjoint seq ranges
 	)
-	rx := listen(t, "127.0.0.1:0", &rcfg)
-	if _, gro := rx.Offloads(); !gro {
-		t.Fatal("no UDP GRO")
-	}
+	rx := listenGRO(t, &rcfg)
 	var txs [senders]*udp.Socket
 	for i := range txs {
 		txs[i] = listen(t, "127.0.0.1:0", &udp.Config{})
@@ -140,13 +176,12 @@ func groStress(t *testing.T, rcfg udp.Config, nmsg int) {
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 
-	seen := make(map[[2]int]bool)
 	msgs := make([]udp.Message, nmsg)
 	for i := range msgs {
 		msgs[i].Buf = make([]byte, bufCap)
 	}
-	bad, dup, got := 0, 0, 0
-	for !(isClosed(done) && got == sent) {
+	var tally stressTally
+	for !(isClosed(done) && tally.got == sent) {
 		// The deadline only ends the loop once the writers are done and
 		// the rest was lost (loopback drops when the receiver lags).
 		rx.UDPConn().SetReadDeadline(time.Now().Add(2 * time.Second))
@@ -161,27 +196,14 @@ func groStress(t *testing.T, rcfg udp.Config, nmsg int) {
 			t.Fatalf("ReadBatch: %v", err)
 		}
 		for _, m := range msgs[:n] {
-			id, seq, ok := checkStress(m.Buf[:m.N])
-			if !ok {
-				if bad < 5 {
-					t.Errorf("malformed datagram of %d bytes (sender %d, seq %d)", m.N, id, seq)
-				}
-				bad++
-				continue
-			}
-			k := [2]int{id, seq}
-			if seen[k] {
-				dup++
-			}
-			seen[k] = true
-			got++
+			tally.add(t, m)
 		}
 	}
 	st := &rx.Stats
 	t.Logf("sent %d, received %d (%d GRO splits, %d syscalls), %d malformed, %d duplicates, %d truncated",
-		sent, got, st.RxGROSplit.Load(), st.RxSyscalls.Load(), bad, dup, st.RxTruncated.Load())
-	if bad != 0 || dup != 0 || st.RxTruncated.Load() != 0 {
-		t.Fatalf("%d malformed, %d duplicate, %d truncated datagrams", bad, dup, st.RxTruncated.Load())
+		sent, tally.got, st.RxGROSplit.Load(), st.RxSyscalls.Load(), tally.bad, tally.dup, st.RxTruncated.Load())
+	if tally.bad != 0 || tally.dup != 0 || st.RxTruncated.Load() != 0 {
+		t.Fatalf("%d malformed, %d duplicate, %d truncated datagrams", tally.bad, tally.dup, st.RxTruncated.Load())
 	}
 }
 

@@ -40,10 +40,7 @@ func gsoSend(t testing.TB, tx, rx *udp.Socket, segs ...[]byte) {
 // and a sender.
 func groPair(t testing.TB, batch int) (rx, tx *udp.Socket, r *udp.PollReader) {
 	t.Helper()
-	rx = listen(t, "127.0.0.1:0", nil)
-	if _, gro := rx.Offloads(); !gro {
-		t.Fatal("no UDP GRO")
-	}
+	rx = listenGRO(t, nil)
 	tx = listen(t, "127.0.0.1:0", &udp.Config{DisableGRO: true})
 	r = rx.PollReader(batch)
 	if r == nil {
@@ -286,16 +283,13 @@ func TestPollReaderGROStress(t *testing.T) {
 		senders = 2
 		batches = 300
 	)
-	rx := listen(t, "127.0.0.1:0", nil)
-	if _, gro := rx.Offloads(); !gro {
-		t.Fatal("no UDP GRO")
-	}
+	rx := listenGRO(t, nil)
 	r := rx.PollReader(8)
 	var (
 		tok                       sync.Mutex // the receive token: guards msgs and the tallies
 		msgs                      = newMsgs(5, 4096+128)
-		seen                      = map[[2]int]bool{}
-		got, bad, dup, byR, byP   int
+		tally                     stressTally
+		byR, byP                  int
 		sent                      int
 		sentMu                    sync.Mutex
 		writers, readers          sync.WaitGroup
@@ -305,19 +299,9 @@ func TestPollReaderGROStress(t *testing.T) {
 	)
 	consume := func(n int, byReader bool) {
 		for _, m := range msgs[:n] {
-			id, seq, ok := checkStress(m.Buf[:max(m.N, 0)])
-			if !ok {
-				if bad++; bad <= 5 {
-					t.Errorf("malformed datagram of %d bytes (sender %d, seq %d)", m.N, id, seq)
-				}
+			if !tally.add(t, m) {
 				continue
 			}
-			k := [2]int{id, seq}
-			if seen[k] {
-				dup++
-			}
-			seen[k] = true
-			got++
 			if byReader {
 				byR++
 			} else {
@@ -433,7 +417,7 @@ func TestPollReaderGROStress(t *testing.T) {
 	for quiet < 20 {
 		time.Sleep(50 * time.Millisecond)
 		tok.Lock()
-		g := got + bad
+		g := tally.got + tally.bad
 		tok.Unlock()
 		if g == sent {
 			break
@@ -449,15 +433,15 @@ func TestPollReaderGROStress(t *testing.T) {
 	rx.Close()
 	readers.Wait()
 	t.Logf("sent %d, received %d (reader %d, poller %d; poller drained %d times, slept %d), %d syscalls, %d GRO splits, %d kernel drops",
-		sent, got, byR, byP, pollerDrain, pollerSleeps, rx.Stats.RxSyscalls.Load(), rx.Stats.RxGROSplit.Load(), drops)
+		sent, tally.got, byR, byP, pollerDrain, pollerSleeps, rx.Stats.RxSyscalls.Load(), rx.Stats.RxGROSplit.Load(), drops)
 	if readerErr == nil {
 		t.Error("reader ended without an error")
 	}
-	if bad != 0 || dup != 0 || rx.Stats.RxTruncated.Load() != 0 {
-		t.Fatalf("%d malformed, %d duplicate, %d truncated datagrams", bad, dup, rx.Stats.RxTruncated.Load())
+	if tally.bad != 0 || tally.dup != 0 || rx.Stats.RxTruncated.Load() != 0 {
+		t.Fatalf("%d malformed, %d duplicate, %d truncated datagrams", tally.bad, tally.dup, rx.Stats.RxTruncated.Load())
 	}
-	if drops == 0 && got != sent {
-		t.Fatalf("received %d of %d datagrams, no kernel drops", got, sent)
+	if drops == 0 && tally.got != sent {
+		t.Fatalf("received %d of %d datagrams, no kernel drops", tally.got, sent)
 	}
 	if byR == 0 || byP == 0 {
 		t.Errorf("reader received %d, poller %d: want both", byR, byP)

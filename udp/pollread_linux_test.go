@@ -164,14 +164,7 @@ func FuzzSockaddrAddr(f *testing.F) {
 // intact. Both are pending in the reader, so TryRead hands them out
 // without a syscall.
 func TestPollReaderGROControlTruncated(t *testing.T) {
-	s, err := Listen(netip.MustParseAddrPort("127.0.0.1:0"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if _, gro := s.Offloads(); !gro {
-		t.Fatal("no UDP GRO")
-	}
+	s := listenGROInternal(t)
 	r := s.PollReader(4)
 	v := &r.v
 	v.hdrs[0].Len = 40

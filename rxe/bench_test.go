@@ -411,13 +411,20 @@ func BenchmarkUDPPingPong(b *testing.B) {
 	}()
 	buf := make([]byte, 64)
 	dst := cb.LocalAddr().(*net.UDPAddr).AddrPort()
+	timeRounds(b, func() {
+		ca.WriteToUDPAddrPort(buf[:8], dst)
+		ca.ReadFromUDPAddrPort(buf)
+	})
+}
+
+// timeRounds times b.N round trips of round and reports their latency.
+func timeRounds(b *testing.B, round func()) {
 	lat := make([]int64, b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
+	for i := range lat {
 		t0 := time.Now()
-		ca.WriteToUDPAddrPort(buf[:8], dst)
-		ca.ReadFromUDPAddrPort(buf)
+		round()
 		lat[i] = int64(time.Since(t0))
 	}
 	b.StopTimer()
@@ -461,17 +468,10 @@ func BenchmarkUDPPingPongHandoff(b *testing.B) {
 	}()
 	buf := make([]byte, 8)
 	dst := cb.LocalAddr().(*net.UDPAddr).AddrPort()
-	lat := make([]int64, b.N)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		t0 := time.Now()
+	timeRounds(b, func() {
 		ca.WriteToUDPAddrPort(buf, dst)
 		<-cha
-		lat[i] = int64(time.Since(t0))
-	}
-	b.StopTimer()
-	reportLatency(b, lat)
+	})
 }
 
 // TestZeroAllocs checks that the steady-state data path (post, packets

@@ -201,10 +201,9 @@ func (q *QP) updateSport() {
 // A port that cannot be opened is not tried again until the next one
 // (the QP sends from the device port, counted in SportFallback).
 func (q *QP) openSport() {
+	// No sender to release: updateSport released it when it set pending.
 	port := q.sport.port
-	s := q.dev.acquireSport(port)
-	old := q.swapSport(s, port, false)
-	q.dev.releaseSport(old)
+	q.swapSport(q.dev.acquireSport(port), port, false)
 }
 
 // swapSport installs s (nil: the device socket) for port, with pending

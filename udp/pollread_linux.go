@@ -97,8 +97,8 @@ func (r *PollReader) TryRead(msgs []Message) (int, error) {
 
 // Wait calls ready from a netpoller callback until it returns true,
 // parking while the socket is not readable in between. ready reads with
-// ReadNow (with a non-empty msgs), and may return false only after
-// ReadNow returned 0, that is found nothing pending AND the socket
+// ReadNow or ReadNowOne (with a non-empty msgs), and may return false
+// only after such a read returned 0, that is found nothing pending AND the socket
 // empty: the netpoller is edge-triggered, so data queued before that
 // read raises no new readiness, and pending GRO segments raise none at
 // all. Wait calls ready at once, before it first parks.

@@ -1,7 +1,13 @@
 // Package layers_test enforces softib's import rules: layers import only
 // downward (wire formats → verbs → provider → cm/rdmacm → lnet → LNDs →
-// cmd), so that, for example, verbs never depends on a provider and the
-// LNet core never depends on a concrete network driver.
+// tools → cmd), so that, for example, verbs never depends on a provider and
+// the LNet core never depends on a concrete network driver.
+//
+// Every package is classified: a package that no rule names fails the test,
+// so a new package has to be placed in the layering on purpose. Rules name
+// exact packages ("softib/lnet") or whole subtrees ("softib/tools/..."); the
+// most specific rule wins. Only non-test imports are checked: tests may
+// reach for a provider or a test double to exercise their layer.
 package layers_test
 
 import (
@@ -17,58 +23,109 @@ type pkg struct {
 	Imports    []string
 }
 
-// rule says which softib packages a package matching prefix may import
-// (by prefix); an empty allow list means no softib package at all.
-type rule struct {
-	prefix string
-	allow  []string
+// internal packages every layer may use: they depend on nothing of
+// softib's layers (checked by their own rules below).
+var base = []string{"softib/internal/seqnum", "softib/internal/stats", "softib/internal/pool", "softib/internal/pcap"}
+
+func with(extra ...string) []string { return append(append([]string{}, base...), extra...) }
+
+// rules maps a package pattern to the softib packages it may import
+// (patterns too). A pattern ending in "/..." covers that directory and
+// everything below it; otherwise it names one package.
+var rules = map[string][]string{
+	// Leaf helpers.
+	"softib/internal/seqnum":     nil,
+	"softib/internal/stats":      nil,
+	"softib/internal/pool":       nil,
+	"softib/internal/pcap":       nil,
+	"softib/internal/testenv":    nil,
+	"softib/internal/layers":     nil,
+	"softib/internal/netns":      {"softib/internal/stats", "softib/internal/testenv"},
+	"softib/internal/netemu":     {"softib/internal/stats", "softib/internal/testenv"},
+	"softib/internal/tsharktest": {"softib/internal/testenv"},
+
+	// Wire formats: typed byte views, nothing above them.
+	"softib/wire/...": with("softib/wire/..."),
+
+	// The verbs API knows no provider.
+	"softib/verbs": with(),
+
+	// Batched UDP, and its simulated network (a test double).
+	"softib/udp":         with(),
+	"softib/udp/udptest": with("softib/udp"),
+
+	// The Soft-RoCE provider.
+	"softib/rxe": with("softib/verbs", "softib/wire/roce", "softib/udp"),
+
+	// Connection managers work on any verbs provider.
+	"softib/cm":     with("softib/verbs", "softib/wire/..."),
+	"softib/rdmacm": with("softib/cm", "softib/verbs", "softib/wire/..."),
+
+	// LNet: the LND interface, the core (which knows the interface and the
+	// loopback driver, never a network driver), and the drivers.
+	"softib/lnet/lnd":         with("softib/wire/lnetwire"),
+	"softib/lnet/lnd/lndtest": with("softib/lnet/lnd", "softib/wire/lnetwire"),
+	"softib/lnet/lolnd":       with("softib/lnet/lnd", "softib/wire/lnetwire"),
+	"softib/lnet":             with("softib/lnet/lnd", "softib/lnet/lolnd", "softib/wire/lnetwire"),
+	"softib/lnet/socklnd":     with("softib/lnet/lnd", "softib/wire/lnetwire"),
+	"softib/lnet/o2iblnd":     with("softib/lnet/lnd", "softib/rdmacm", "softib/cm", "softib/verbs", "softib/wire/lnetwire", "softib/wire/mad"),
+	// lnet_selftest runs on an LNet instance its caller built: it takes
+	// its drivers from the caller and imports none.
+	"softib/lnet/selftest": with("softib/lnet", "softib/lnet/lnd", "softib/wire/lnetwire"),
+
+	// Tools and the CLI may use any layer (the CLI is imported by nothing).
+	"softib/tools/...":   {"softib/..."},
+	"softib/cmd/softib":  {"softib/..."},
+	"softib/interop/...": {"softib/..."},
 }
 
-var rules = []rule{
-	{"softib/internal/seqnum", nil},
-	{"softib/wire/", []string{"softib/wire/", "softib/internal/seqnum"}},
-	{"softib/verbs", nil},
-	{"softib/udp", []string{"softib/udp", "softib/internal/"}},
-	{"softib/rxe", []string{"softib/rxe", "softib/verbs", "softib/wire/roce", "softib/udp", "softib/internal/"}},
-	{"softib/cm", []string{"softib/cm", "softib/verbs", "softib/wire/", "softib/internal/", "softib/rxe", "softib/udp"}},
-	{"softib/rdmacm", []string{"softib/rdmacm", "softib/cm", "softib/verbs", "softib/wire/", "softib/internal/", "softib/rxe", "softib/udp"}},
-	{"softib/lnet/lnd", []string{"softib/lnet/lnd", "softib/wire/lnetwire", "softib/internal/"}},
-	// The LNet core knows the LND interface, never a concrete driver.
-	{"softib/lnet", []string{"softib/lnet", "softib/wire/lnetwire", "softib/internal/"}},
+// testDoubles may be imported by any package's non-test code at or above
+// the layer they stand in for; listed explicitly rather than by name
+// pattern.
+var testDoubles = map[string]bool{
+	"softib/internal/testenv": true,
 }
 
-// drivers may import the core and the layers below it.
-var driverPrefixes = []string{"softib/lnet/socklnd", "softib/lnet/lolnd", "softib/lnet/o2iblnd"}
+// match reports whether path matches pattern and how specific the match is
+// (longer is more specific; -1 when it does not match).
+func match(path, pattern string) int {
+	if p, ok := strings.CutSuffix(pattern, "/..."); ok {
+		if path == p || strings.HasPrefix(path, p+"/") {
+			return len(p)
+		}
+		return -1
+	}
+	if path == pattern {
+		return len(pattern) + 1 // an exact name beats a subtree of the same length
+	}
+	return -1
+}
 
-// under reports whether path is prefix or a package below it.
-func under(path, prefix string) bool {
-	prefix = strings.TrimSuffix(prefix, "/")
-	return path == prefix || strings.HasPrefix(path, prefix+"/")
+// ruleFor returns the allow list of the most specific rule for path.
+func ruleFor(path string) ([]string, bool) {
+	best, bestLen := []string(nil), -1
+	for pat, allow := range rules {
+		if n := match(path, pat); n > bestLen {
+			best, bestLen = allow, n
+		}
+	}
+	return best, bestLen >= 0
 }
 
 func allowed(p pkg, imp string) bool {
-	// Test doubles (udptest, lndtest, ...) join layers on purpose.
-	if strings.HasSuffix(p.ImportPath, "test") {
-		return !under(imp, "softib/cmd")
+	if match(imp, "softib/cmd/...") >= 0 {
+		return false // nothing imports the CLI
 	}
-	for _, d := range driverPrefixes {
-		if under(p.ImportPath, d) {
-			return !under(imp, "softib/cmd") && !under(imp, "softib/tools")
+	if testDoubles[imp] {
+		return true
+	}
+	allow, _ := ruleFor(p.ImportPath)
+	for _, a := range allow {
+		if match(imp, a) >= 0 {
+			return true
 		}
 	}
-	for _, r := range rules {
-		if under(p.ImportPath, r.prefix) {
-			for _, a := range r.allow {
-				if under(imp, a) {
-					return true
-				}
-			}
-			return false
-		}
-	}
-	// Everything else (tools, cmd, test helpers) may import any layer,
-	// but nothing imports cmd.
-	return !under(imp, "softib/cmd")
+	return false
 }
 
 func TestImportLayers(t *testing.T) {
@@ -86,11 +143,12 @@ func TestImportLayers(t *testing.T) {
 			t.Fatal(err)
 		}
 		n++
+		if _, ok := ruleFor(p.ImportPath); !ok {
+			t.Errorf("%s has no layering rule: add it to internal/layers", p.ImportPath)
+			continue
+		}
 		for _, imp := range p.Imports {
 			if !strings.HasPrefix(imp, "softib/") {
-				continue
-			}
-			if strings.HasPrefix(imp, "softib/internal/testenv") {
 				continue
 			}
 			if !allowed(p, imp) {
@@ -100,5 +158,41 @@ func TestImportLayers(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatal("no packages listed")
+	}
+}
+
+// TestRules checks the rule matcher itself on the cases the layering
+// depends on.
+func TestRules(t *testing.T) {
+	cases := []struct {
+		pkg, imp string
+		ok       bool
+	}{
+		{"softib/lnet", "softib/lnet/lnd", true},
+		{"softib/lnet", "softib/lnet/lolnd", true},
+		{"softib/lnet", "softib/lnet/socklnd", false},
+		{"softib/lnet", "softib/lnet/o2iblnd", false},
+		{"softib/lnet/selftest", "softib/lnet/socklnd", false},
+		{"softib/lnet/selftest", "softib/lnet", true},
+		{"softib/cm", "softib/rxe", false},
+		{"softib/cm", "softib/udp", false},
+		{"softib/rdmacm", "softib/rxe", false},
+		{"softib/rdmacm", "softib/cm", true},
+		{"softib/verbs", "softib/rxe", false},
+		{"softib/rxe", "softib/cm", false},
+		{"softib/wire/mad", "softib/wire/roce", true},
+		{"softib/wire/mad", "softib/verbs", false},
+		{"softib/tools/demo", "softib/lnet/socklnd", true},
+		{"softib/tools/demo", "softib/cmd/softib", false},
+		{"softib/lnet/o2iblnd", "softib/rxe", false},
+		{"softib/lnet/socklnd", "softib/lnet", false},
+	}
+	for _, c := range cases {
+		if got := allowed(pkg{ImportPath: c.pkg}, c.imp); got != c.ok {
+			t.Errorf("%s -> %s: allowed %v, want %v", c.pkg, c.imp, got, c.ok)
+		}
+	}
+	if _, ok := ruleFor("softib/newpkg"); ok {
+		t.Error("an unlisted package matched a rule")
 	}
 }

@@ -535,8 +535,10 @@ func (d *Driver) connClosing(c *conn, err error) {
 		c.pending = false
 	}
 	var q []*tx
-	down := len(p.conns) == 0 && p.connecting == 0 && p.accepting == 0
-	if down && !p.reconnect {
+	// notify is decided under d.mu: p.reconnect is guarded by it
+	// (connDestroyed clears it concurrently).
+	notify := len(p.conns) == 0 && p.connecting == 0 && p.accepting == 0 && !p.reconnect
+	if notify {
 		q = p.txq
 		p.txq = nil
 	}
@@ -547,7 +549,7 @@ func (d *Driver) connClosing(c *conn, err error) {
 	for _, t := range q {
 		d.txDone(t, err)
 	}
-	if down && !p.reconnect {
+	if notify {
 		// Down as of now: the core stamps every message it receives
 		// with its own clock, later than our lastRx, and ignores a down
 		// report older than the last sign of life.

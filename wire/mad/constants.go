@@ -191,6 +191,7 @@ var (
 	ErrFieldType = errors.New("mad: wrong field type")
 	// ErrTooLong means private data or additional info exceeds its area.
 	ErrTooLong = errors.New("mad: data too long")
-	// ErrBadAddress means a cma_hdr with an unknown IP version.
+	// ErrBadAddress means a cma_hdr with an unknown IP version, or an
+	// IPv4-mapped address under ip_version 6.
 	ErrBadAddress = errors.New("mad: bad cma_hdr address")
 )

@@ -164,6 +164,13 @@ func (h *CMAHdr) Decode(d []byte) error {
 	case 6:
 		h.Src = netip.AddrFrom16([16]byte(src))
 		h.Dst = netip.AddrFrom16([16]byte(dst))
+		// An IPv4-mapped address under ip_version 6 has no encoding of
+		// its own: Append writes an IPv4 source as ip_version 4, so a
+		// mapped source (or a mapped destination beside a native
+		// source) would not re-encode to what was received.
+		if h.Src.Is4In6() || h.Dst.Is4In6() {
+			return fmt.Errorf("mad: cma_hdr ip_version 6 with IPv4-mapped address: %w", ErrBadAddress)
+		}
 	default:
 		return fmt.Errorf("mad: cma_hdr IP version %d: %w", cmaIPVersion.Get(d), ErrBadAddress)
 	}

@@ -40,7 +40,7 @@ func TestIPv6Loopback(t *testing.T) {
 	if !bytes.Equal(b.buf[:5000], a.buf[:5000]) {
 		t.Fatal("data differs")
 	}
-	if st := db.Stats(); st["ICRCUnverified"] != 0 || st["ICRCErr"] != 0 {
+	if st := db.Stats(); st["ICRCIPv4ID"] != 0 || st["ICRCErr"] != 0 {
 		t.Fatalf("ICRC stats %v", st)
 	}
 

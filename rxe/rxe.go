@@ -79,12 +79,17 @@
 //     is not a Linux *udp.Socket) sends from the device port, counted in
 //     SportFallback; DeviceConfig.FixedSourcePort sends everything from
 //     it. Source ports are ignored on receive.
-//   - IPv4 ICRCs are verified only with Config.VerifyICRCv4 (a UDP socket
-//     does not show the IP ID that kernel rxe varies); IPv6 always.
+//   - Every ICRC is verified and a bad one dropped (ICRCErr), as rxe
+//     does; but a UDP socket does not show the IPv4 ID that kernel rxe
+//     varies and the ICRC covers, so for IPv4 the ID is solved for from
+//     the ICRC (roce.Encap.VerifyICRCAnyID, counted in ICRCIPv4ID when
+//     not 0): a corrupted IPv4 packet passes with probability 2^-16
+//     instead of 2^-32. There is no switch to skip verification (rxe
+//     has none).
 //   - SEND/WRITE FIRST and MIDDLE packets must carry exactly the path MTU
 //     (IBA; rxe 6.1 does not check): others are dropped and counted
-//     (BadLength), so truncation or corruption that an unverifiable ICRC
-//     misses ends in a retransmission instead of misplaced data.
+//     (BadLength), so truncation or corruption that slips past the ICRC
+//     ends in a retransmission instead of misplaced data.
 //   - ACKs carry real end-to-end credits only with
 //     Config.AdvertiseCredits; requesters always honour credits.
 //   - Sockets opened here receive with UDP GRO unless
@@ -173,12 +178,6 @@ type Config struct {
 	// forced on when DeviceConfig.BusyPoll is set; GRO is forced off when
 	// DeviceConfig.NoRxCoalescing is set.
 	UDP *udp.Config
-	// VerifyICRCv4 verifies the ICRC of IPv4 packets too, assuming IP ID
-	// 0 as softib (and any sender with DF on an unconnected socket) uses.
-	// Linux rxe sends non-zero IDs, so leave it off when peers are kernel
-	// rxe: unverifiable IPv4 ICRCs are then counted in ICRCUnverified.
-	// IPv6 ICRCs are always verified.
-	VerifyICRCv4 bool
 	// AdvertiseCredits makes RC responders without an SRQ advertise their
 	// posted receive count as AETH end-to-end credits (IBA §9.7.7.2).
 	// Off, every ACK carries "unlimited" (0x1F) as rxe sends. Requesters

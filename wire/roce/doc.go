@@ -23,7 +23,7 @@
 //		}
 //		return
 //	}
-//	if err := encap.VerifyICRC(p.Bytes()); err != nil { ... } // IPv6, or IPv4 with known ID
+//	if _, err := encap.VerifyICRCAnyID(p.Bytes()); err != nil { ... } // any IPv4 ID
 //	switch {
 //	case p.Has(roce.MaskReq):  // to the responder
 //		if p.Has(roce.MaskRETH) { va, rkey := p.RETH().VA(), p.RETH().RKey() ... }
@@ -59,8 +59,11 @@
 // Send from an unconnected socket with IP_MTU_DISCOVER=IP_PMTUDISC_DO: the
 // kernel then sends ID 0 with DF set, which is what EncapConfig's zero
 // value assumes. On receive, IPv6 ICRCs can always be checked with an Encap
-// built from the datagram's addresses; IPv4 ones only when the real header
-// is visible (ICRCv4 on an AF_PACKET frame, or ParseFrame + VerifyICRC).
+// built from the datagram's addresses; IPv4 ones exactly only when the
+// real header is visible (ICRCv4 on an AF_PACKET frame, or ParseFrame +
+// VerifyICRC). Without it, Encap.VerifyICRCAnyID solves the CRC for the ID
+// (the ID enters the CRC linearly) and accepts exactly when some ID fits:
+// a corrupted IPv4 packet then passes with probability 2^-16, not 2^-32.
 //
 // # PSNs
 //

@@ -106,7 +106,8 @@ type Frame struct {
 
 // ParseFrame parses an IPv4 or IPv6 packet with a UDP datagram carrying
 // RoCEv2 (any port) and its RoCE payload. Frames that are not plain IP +
-// UDP (IPv4 options, IPv6 extension headers, other protocols) give
+// UDP (IPv4 options, IPv6 extension headers, other protocols, IPv4-mapped
+// addresses in an IPv6 header) give
 // ErrNotRoCE; length inconsistencies give ErrTruncated; otherwise errors
 // come from Parse. Trailing bytes after the IP length (Ethernet padding) are
 // ignored. The ICRC is not checked; use VerifyICRC.
@@ -143,6 +144,11 @@ func ParseFrame(b []byte) (Frame, error) {
 		udp = b[IPv6HeaderLen : IPv6HeaderLen+pl]
 		f.Src = netip.AddrPortFrom(netip.AddrFrom16([16]byte(b[8:24])), 0)
 		f.Dst = netip.AddrPortFrom(netip.AddrFrom16([16]byte(b[24:40])), 0)
+		if f.Src.Addr().Is4In6() || f.Dst.Addr().Is4In6() {
+			// Not a wire address (RFC 4291 §2.5.5.2), and an Encap
+			// treats it as IPv4: such a frame has no re-encoding.
+			return Frame{}, ErrNotRoCE
+		}
 	default:
 		return f, ErrNotRoCE
 	}

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The soak stage: repeated race runs of the concurrent packages, then every
+# fuzz target in the repository for a bounded time each. Every step is one
+# result; a failed step fails the stage (no retries). Prints
+# "N passed, N failed" last.
+#
+#   SOAK_COUNT     -count of the race runs (default 5)
+#   SOAK_FUZZTIME  -fuzztime per fuzz target (default 8s: 33 targets, about 6 min with the builds)
+#   SOAK_RACE_PKGS packages of the race runs (default below)
+#
+# A fuzz failure leaves its input in the package's testdata/fuzz/FuzzX/:
+# add that file with the fix, so the plain test run keeps checking it.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+count=${SOAK_COUNT:-5}
+fuzztime=${SOAK_FUZZTIME:-8s}
+race_pkgs=${SOAK_RACE_PKGS:-./lnet/o2iblnd ./lnet/socklnd ./rxe ./cm ./rdmacm}
+
+pass=0
+fail=0
+failed=()
+logdir=$(mktemp -d /tmp/softib-soak.XXXXXX)
+
+# step NAME CMD...: runs CMD with its output in a log; prints the log
+# when it fails.
+step() {
+	local name=$1
+	shift
+	local log="$logdir/$(echo "$name" | tr -c 'A-Za-z0-9._-' '_').log"
+	local t0=$SECONDS
+	if "$@" >"$log" 2>&1; then
+		pass=$((pass + 1))
+		echo "PASS  $name ($((SECONDS - t0)) s)"
+	else
+		fail=$((fail + 1))
+		failed+=("$name")
+		echo "FAIL  $name ($((SECONDS - t0)) s); log: $log"
+		grep -E '^(--- FAIL|FAIL|panic:|WARNING: DATA RACE)|_test\.go:[0-9]+:|Failing input written to' "$log" | head -40
+	fi
+}
+
+echo "== soak: go test -race -count=$count, one package at a time"
+for p in $race_pkgs; do
+	step "race $p" go test -race -count="$count" -timeout 30m "$p"
+done
+
+echo "== soak: fuzz targets, $fuzztime each"
+# Package dir and target name of every fuzz target in the repository.
+mapfile -t targets < <(grep -rn -E '^func Fuzz[A-Za-z0-9_]*\(' --include='*_test.go' --exclude-dir=.git . |
+	sed -E 's#^\./(.*)/[^/]*_test\.go:[0-9]+:func (Fuzz[A-Za-z0-9_]*)\(.*#\1 \2#' | sort -u)
+for t in "${targets[@]}"; do
+	dir=${t% *}
+	name=${t#* }
+	step "fuzz ./$dir $name" go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "./$dir"
+done
+
+if [ "$fail" -gt 0 ]; then
+	echo "failed: ${failed[*]}"
+	echo "logs: $logdir"
+else
+	rm -rf "$logdir"
+fi
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -5,6 +5,7 @@ import (
 
 	"softib/lnet/selftest"
 	"softib/tools/lnetd"
+	"softib/tools/lst"
 )
 
 func init() {
@@ -14,7 +15,7 @@ func init() {
 		run: func(args []string) int {
 			ctx, stop := toolContext()
 			defer stop()
-			return selftest.RunLst(ctx, args, os.Stdout, os.Stderr, selftest.LstOptions{
+			return lst.Run(ctx, args, os.Stdout, os.Stderr, lst.Options{
 				Dial: func(path string) (selftest.ControlCall, func(), error) {
 					cl, err := lnetd.Dial(path)
 					if err != nil {

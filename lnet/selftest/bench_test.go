@@ -2,36 +2,34 @@ package selftest
 
 import (
 	"testing"
-	"time"
 
 	"softib/wire/lnetwire"
 )
+
+// benchUnit returns a test instance and unit as a client node runs them.
+func benchUnit(op uint32, size int, check uint32) (*testInst, *unit) {
+	ti := &testInst{sess: &session{feats: FeatsMask}, service: ServiceBRW, opc: op, length: size, flags: check}
+	if size == 0 {
+		ti.service = ServicePing
+	}
+	return ti, &unit{req: make([]byte, MsgSize), rep: make([]byte, MsgSize), bulk: make([]byte, size)}
+}
 
 // benchRPC measures one client RPC at a time between two in-process nodes
 // (lndtest), reporting allocations per RPC (both sides, core included).
 func benchRPC(b *testing.B, op uint32, size int, check uint32) {
 	c := newCluster(b, 2)
 	ctx := ctxT(b)
-	if _, err := c.console.AddGroup(ctx, "g", c.nids); err != nil {
-		b.Fatal(err)
-	}
-	cl := c.nodes[0]
-	sid := c.console.SID()
-	t := &TestBody{Service: ServiceBRW, BRWOp: op, Size: uint32(size), Check: check}
-	if size == 0 {
-		t.Service = ServicePing
-	}
-	bulk, rbuf := make([]byte, size), make([]byte, 512)
+	ti, u := benchUnit(op, size, check)
 	srv := lnetwire.ProcessID{NID: c.nids[1], PID: lnetwire.PIDLustre}
 	b.ReportAllocs()
 	b.SetBytes(int64(size))
-	for i := 0; b.Loop(); i++ {
-		if err := cl.testRPC(ctx, sid, t, srv, bulk, rbuf, uint32(i)); err != nil {
+	for b.Loop() {
+		if err := c.nodes[0].testRPC(ctx, ti, srv, u); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "rpc/s")
-	_ = time.Second
 }
 
 func BenchmarkPing(b *testing.B)           { benchRPC(b, 0, 0, CheckNone) }
@@ -51,17 +49,10 @@ func TestRPCAllocs(t *testing.T) {
 	}
 	c := newCluster(t, 2)
 	ctx := ctxT(t)
-	if _, err := c.console.AddGroup(ctx, "g", c.nids); err != nil {
-		t.Fatal(err)
-	}
-	tb := &TestBody{Service: ServiceBRW, BRWOp: BRWWrite, Size: 4096, Check: CheckFull}
-	bulk, rbuf := make([]byte, 4096), make([]byte, 512)
+	ti, u := benchUnit(BRWWrite, 4096, CheckFull)
 	srv := lnetwire.ProcessID{NID: c.nids[1], PID: lnetwire.PIDLustre}
-	sid := c.console.SID()
-	i := uint32(0)
 	n := testing.AllocsPerRun(500, func() {
-		i++
-		if err := c.nodes[0].testRPC(ctx, sid, tb, srv, bulk, rbuf, i); err != nil {
+		if err := c.nodes[0].testRPC(ctx, ti, srv, u); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -2,16 +2,19 @@ package selftest
 
 import "fmt"
 
-// Bulk data patterns. check=simple writes a 16-byte header at the start of
-// every 4 KiB page: brwMagic, then the seed XOR the page number; only the
-// headers are verified. check=full fills every 8-byte word i with
-// seed XOR (i * golden), so every byte depends on the RPC (the seed is the
-// request's BulkID, known to both sides) and on its position: a stale,
-// shifted or corrupted byte anywhere is detected.
+// Bulk data patterns of brw_test.c. The bulk is cut into page chunks:
+// the first runs from the buffer's page offset to the end of its page,
+// the others are whole 4 KiB pages (the last may be short). A check
+// writes the 8-byte magic (native, little-endian, order) into each
+// chunk: check=simple at its first and last 8 bytes, check=full in
+// every 8-byte word. The data source writes BRWMagic; the sink first
+// fills its buffer with BRWPoison, so that data that did not arrive
+// fails the check. Clients chunk at their blk_offset, servers at 0.
 const (
-	brwMagic = 0xEEB0EEB1EEB2EEB3
-	pageSize = 4096
-	golden   = 0x9E3779B97F4A7C15
+	BRWMagic  = 0xEEB0EEB1EEB2EEB3
+	BRWPoison = 0xBEEFBEEFBEEFBEEF
+	pageSize  = 4096
+	wordSize  = 8
 )
 
 // ParseCheck maps "none", "simple", "full" onto CheckNone, CheckSimple,
@@ -39,9 +42,23 @@ func CheckName(c uint32) string {
 	return "none"
 }
 
+// chunks calls f for each page chunk of a buffer of n bytes starting at
+// page offset off.
+func chunks(n, off int, f func(start, end int) bool) {
+	off %= pageSize
+	for start := 0; start < n; {
+		end := min(n, start+pageSize-off)
+		off = 0
+		if !f(start, end) {
+			return
+		}
+		start = end
+	}
+}
+
 // putWord stores the low len(b) bytes (up to 8) of v little-endian.
 func putWord(b []byte, v uint64) {
-	if len(b) >= 8 {
+	if len(b) >= wordSize {
 		le.PutUint64(b, v)
 		return
 	}
@@ -50,74 +67,65 @@ func putWord(b []byte, v uint64) {
 	}
 }
 
-// wordAt reads up to 8 bytes little-endian.
-func wordAt(b []byte) uint64 {
-	if len(b) >= 8 {
-		return le.Uint64(b)
+// wordOK compares up to 8 bytes with the low bytes of v.
+func wordOK(b []byte, v uint64) bool {
+	if len(b) >= wordSize {
+		return le.Uint64(b) == v
 	}
-	var v uint64
 	for i := range b {
-		v |= uint64(b[i]) << (8 * i)
+		if b[i] != byte(v>>(8*i)) {
+			return false
+		}
 	}
-	return v
+	return true
 }
 
-// FillPattern writes the pattern of check mode c for seed into buf.
-// CheckNone leaves buf as it is.
-func FillPattern(buf []byte, seed uint64, c uint32) {
+// FillPattern writes check c's pattern of magic into buf, chunked at
+// page offset off. CheckNone leaves buf as it is.
+func FillPattern(buf []byte, off int, c uint32, magic uint64) {
 	switch c {
 	case CheckSimple:
-		for off := 0; off < len(buf); off += pageSize {
-			page := buf[off:min(off+16, len(buf))]
-			putWord(page, brwMagic)
-			if len(page) > 8 {
-				putWord(page[8:], seed^uint64(off/pageSize))
+		chunks(len(buf), off, func(s, e int) bool {
+			putWord(buf[s:min(e, s+wordSize)], magic)
+			if e-s > wordSize {
+				putWord(buf[max(s, e-wordSize):e], magic)
 			}
-		}
+			return true
+		})
 	case CheckFull:
-		i := 0
-		for ; i+8 <= len(buf); i += 8 {
-			le.PutUint64(buf[i:], seed^(uint64(i/8)*golden))
-		}
-		if i < len(buf) {
-			putWord(buf[i:], seed^(uint64(i/8)*golden))
-		}
+		chunks(len(buf), off, func(s, e int) bool {
+			for i := s; i < e; i += wordSize {
+				putWord(buf[i:min(e, i+wordSize)], magic)
+			}
+			return true
+		})
 	}
 }
 
-// VerifyPattern checks buf against the pattern FillPattern wrote. It
-// returns -1 when it matches, else the offset of the first bad word.
-func VerifyPattern(buf []byte, seed uint64, c uint32) int {
+// VerifyPattern checks buf against FillPattern's. It returns -1 when it
+// matches, else the offset of the first bad word.
+func VerifyPattern(buf []byte, off int, c uint32, magic uint64) int {
+	bad := -1
 	switch c {
 	case CheckSimple:
-		for off := 0; off < len(buf); off += pageSize {
-			page := buf[off:min(off+16, len(buf))]
-			n := min(8, len(page))
-			if wordAt(page[:n]) != brwMagic&(^uint64(0)>>(64-8*n)) {
-				return off
+		chunks(len(buf), off, func(s, e int) bool {
+			if !wordOK(buf[s:min(e, s+wordSize)], magic) {
+				bad = s
+			} else if e-s > wordSize && !wordOK(buf[max(s, e-wordSize):e], magic) {
+				bad = max(s, e-wordSize)
 			}
-			if len(page) > 8 {
-				rest := page[8:]
-				want := (seed ^ uint64(off/pageSize)) & (^uint64(0) >> (64 - 8*len(rest)))
-				if wordAt(rest) != want {
-					return off + 8
+			return bad < 0
+		})
+	case CheckFull:
+		chunks(len(buf), off, func(s, e int) bool {
+			for i := s; i < e; i += wordSize {
+				if !wordOK(buf[i:min(e, i+wordSize)], magic) {
+					bad = i
+					return false
 				}
 			}
-		}
-	case CheckFull:
-		i := 0
-		for ; i+8 <= len(buf); i += 8 {
-			if le.Uint64(buf[i:]) != seed^(uint64(i/8)*golden) {
-				return i
-			}
-		}
-		if i < len(buf) {
-			rest := buf[i:]
-			want := (seed ^ (uint64(i/8) * golden)) & (^uint64(0) >> (64 - 8*len(rest)))
-			if wordAt(rest) != want {
-				return i
-			}
-		}
+			return true
+		})
 	}
-	return -1
+	return bad
 }

@@ -22,8 +22,15 @@ type State struct {
 	Name    string `json:"name"`
 	Stamp   uint64 `json:"stamp"`
 	Console string `json:"console_nid,omitempty"` // NID the session was made from
-	Timeout int    `json:"timeout"`               // seconds; 0: nodes never expire it
-	Force   bool   `json:"force,omitempty"`
+	// Timeout is the console's idle timeout in seconds (lst
+	// new_session --timeout). The nodes end a session on their own
+	// timeout (the kernel's session_timeout, 100 s by default, reported
+	// in MKSN replies) when no console RPC reaches them.
+	Timeout int  `json:"timeout"`
+	Force   bool `json:"force,omitempty"`
+	// Feats are the session features asked for (LST_FEATURES; default
+	// FeatsMask).
+	Feats *uint32 `json:"features,omitempty"`
 	// Console LNet settings used by every invocation.
 	Net  string `json:"net,omitempty"`
 	If   string `json:"if,omitempty"`
@@ -61,6 +68,7 @@ type TestSpec struct {
 	Distribute  string `json:"distribute"` // a:b
 	Op          string `json:"op,omitempty"`
 	Size        int    `json:"size,omitempty"`
+	Offset      int    `json:"offset,omitempty"` // brw off=: page offset of the client's buffer
 	Check       string `json:"check,omitempty"`
 }
 
@@ -69,6 +77,9 @@ func (t TestSpec) String() string {
 	s := fmt.Sprintf("--from %s --to %s --concurrency %d --distribute %s --loop %d %s", t.From, t.To, t.Concurrency, t.Distribute, t.Loop, t.Kind)
 	if t.Kind == "brw" {
 		s += fmt.Sprintf(" %s size=%s check=%s", t.Op, FormatSize(t.Size), t.Check)
+		if t.Offset != 0 {
+			s += fmt.Sprintf(" off=%d", t.Offset)
+		}
 	}
 	return s
 }
@@ -94,8 +105,8 @@ func ParseSize(s string) (int, error) {
 		mult, s = 1<<20, s[:len(s)-1]
 	}
 	v, err := strconv.Atoi(s)
-	if err != nil || v <= 0 || v*mult > lnet.MTU {
-		return 0, fmt.Errorf("size=%s: want 1..1M bytes (e.g. 4K, 1M)", s)
+	if err != nil || v <= 0 || v*mult > lnet.MTU || v*mult%wordSize != 0 {
+		return 0, fmt.Errorf("size=%s: want 8..1M bytes, a multiple of 8 (e.g. 4K, 1M)", s)
 	}
 	return v * mult, nil
 }
@@ -135,8 +146,14 @@ func ParseTestArgs(args []string) (TestSpec, error) {
 				return t, err
 			}
 			t.Check = v
+		case "off":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || n%wordSize != 0 {
+				return t, fmt.Errorf("off=%s: want a non-negative multiple of 8", v)
+			}
+			t.Offset = n % pageSize
 		default:
-			return t, fmt.Errorf("unknown brw parameter %q (read, write, size=N, check=none|simple|full)", a)
+			return t, fmt.Errorf("unknown brw parameter %q (read, write, size=N, off=N, check=none|simple|full)", a)
 		}
 	}
 	return t, nil
@@ -195,8 +212,9 @@ func expandRange(s string) ([]string, error) {
 	return out, nil
 }
 
-// Console drives nodes' selftest services over LNet from one instance.
-// It holds no session state of its own beyond State.
+// Console drives nodes' selftest services from one LNet instance (or
+// through a Caller), sending the requests Lustre's console does
+// (conrpc.c). It holds no session state of its own beyond State.
 type Console struct {
 	call    Caller
 	State   *State
@@ -208,7 +226,7 @@ func NewConsole(in *lnet.Instance, st *State, log *slog.Logger) *Console {
 	if log == nil {
 		log = slog.Default()
 	}
-	return NewConsoleVia(newEndpoint(in, log).callBytes, st)
+	return NewConsoleVia(newEndpoint(in, log, nil).callBytes, st)
 }
 
 // NewConsoleVia returns a console sending its RPCs through call (e.g.
@@ -216,52 +234,83 @@ func NewConsole(in *lnet.Instance, st *State, log *slog.Logger) *Console {
 func NewConsoleVia(call Caller, st *State) *Console {
 	to := time.Duration(st.RPCTimeout) * time.Second
 	if to <= 0 {
-		to = 10 * time.Second
+		to = 30 * time.Second // LST_TRANS_TIMEOUT
 	}
 	return &Console{call: call, State: st, Timeout: to}
 }
 
 // SID returns the session id.
 func (c *Console) SID() SID {
-	n, _ := lnetwire.ParseNID(c.State.Console)
+	n, err := lnetwire.ParseNID(c.State.Console)
+	if err != nil {
+		n = 0
+	}
 	return SID{NID: n, Stamp: c.State.Stamp}
 }
 
-// NodeResult is the outcome of one console RPC to one node.
+// Feats returns the session features.
+func (c *Console) Feats() uint32 {
+	if c.State.Feats != nil {
+		return *c.State.Feats
+	}
+	return FeatsMask
+}
+
+// NodeResult is the outcome of one console RPC to one node. Rep is the
+// reply when one came (also with a non-zero status).
 type NodeResult struct {
 	NID lnetwire.NID
 	Rep Msg
 	Err error
 }
 
-// each sends a request built by mk to every node in parallel.
-func (c *Console) each(ctx context.Context, nids []lnetwire.NID, mk func(i int, m *Msg)) []NodeResult {
+// Active returns a BATCH reply's count of active tests (0 without one).
+func (r *NodeResult) Active() uint32 {
+	if r.Rep == nil || r.Rep.Type() != MsgBatchRep {
+		return 0
+	}
+	return r.Rep.BatchRep().Active()
+}
+
+// Counters returns a STAT reply's counters (zero without one).
+func (r *NodeResult) Counters() Counters {
+	if r.Rep == nil || r.Rep.Type() != MsgStatRep {
+		return Counters{}
+	}
+	return r.Rep.StatRep().Counters()
+}
+
+// each sends a request built by mk to every node in parallel; mk may
+// return bulk for the node to GET.
+func (c *Console) each(ctx context.Context, nids []lnetwire.NID, t MsgType, mk func(i int, m Msg) []byte) []NodeResult {
 	res := make([]NodeResult, len(nids))
 	var wg sync.WaitGroup
 	for i, n := range nids {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var m Msg
-			mk(i, &m)
-			m.SID = c.SID()
+			m := NewMsg(t, c.Feats())
+			m.SetReqSID(c.SID())
+			bulk := mk(i, m)
 			res[i].NID = n
-			rep, err := c.call(ctx, n, m.Append(nil), c.Timeout)
+			raw, err := c.call(ctx, n, m, bulk, c.Timeout)
 			if err != nil {
 				res[i].Err = err // names the request and the node
 				return
 			}
-			r := &res[i].Rep
-			err = ParseMsg(rep, r)
+			rep, _, err := Parse(raw)
 			switch {
 			case err != nil:
-			case r.Type != m.Type.ReplyType():
-				err = fmt.Errorf("%w: %v to a %v", ErrBadType, r.Type, m.Type)
-			case r.Status != 0:
-				err = &StatusError{Errno: syscall.Errno(r.Status), Type: r.Type}
+			case rep.Type() != t.ReplyType():
+				err = fmt.Errorf("%w: %v to a %v", ErrBadType, rep.Type(), t)
+			case rep.Status() != 0:
+				res[i].Rep = rep
+				err = &StatusError{Errno: syscall.Errno(rep.Status()), Type: rep.Type()}
+			default:
+				res[i].Rep = rep
 			}
 			if err != nil {
-				res[i].Err = fmt.Errorf("%v to %v: %w", m.Type, n, err)
+				res[i].Err = fmt.Errorf("%v to %v: %w", t, n, err)
 			}
 		}()
 	}
@@ -317,8 +366,14 @@ func checkName(kind, s string) error {
 	return nil
 }
 
+// ValidName validates a session, group or batch name (kind names it in
+// the error).
+func ValidName(kind, s string) error { return checkName(kind, s) }
+
 // AddGroup joins nodes to the session (MKSN) and records the group. It
-// fails, recording nothing, unless every node joined.
+// fails, recording nothing, unless every node joined. Nodes already in
+// a group of the session are not asked again: a node counts the MKSNs
+// of its console and leaves only when as many RMSNs came.
 func (c *Console) AddGroup(ctx context.Context, name string, nids []lnetwire.NID) ([]NodeResult, error) {
 	if err := checkName("group", name); err != nil {
 		return nil, err
@@ -329,13 +384,28 @@ func (c *Console) AddGroup(ctx context.Context, name string, nids []lnetwire.NID
 	if len(nids) == 0 {
 		return nil, errors.New("a group needs at least one NID")
 	}
-	res := c.each(ctx, nids, func(_ int, m *Msg) {
-		*m = Msg{Type: MsgMakeSessReq, Name: c.State.Name, Timeout: uint32(c.State.Timeout), Force: c.State.Force}
+	joined := c.AllNodes()
+	var ask []lnetwire.NID
+	for _, n := range nids {
+		if !slices.Contains(joined, n) {
+			ask = append(ask, n)
+		}
+	}
+	res := c.each(ctx, ask, MsgMakeSessReq, func(_ int, m Msg) []byte {
+		mk := m.MksnReq()
+		mk.SetForce(c.State.Force)
+		mk.SetName(c.State.Name)
+		return nil
 	})
 	for i, r := range res {
 		var se *StatusError
-		if errors.As(r.Err, &se) && se.Errno == 16 {
-			res[i].Err = fmt.Errorf("%w: node is in session %q of another console (end it there, or new_session --force)", r.Err, r.Rep.Name)
+		switch {
+		case errors.As(r.Err, &se) && se.Errno == syscall.EBUSY:
+			res[i].Err = fmt.Errorf("%w: node is in session %q of %v (end it there, or new_session --force)",
+				r.Err, r.Rep.MksnRep().Name(), r.Rep.ReplySID().NID)
+		case r.Err == nil && r.Rep.Feats() != c.Feats():
+			res[i].Err = fmt.Errorf("%v: session features %#x, the console's are %#x (set LST_FEATURES)",
+				MsgMakeSessRep, r.Rep.Feats(), c.Feats())
 		}
 	}
 	if err := firstErr("join", res); err != nil {
@@ -361,32 +431,38 @@ func (c *Console) AddBatch(name string) error {
 	return nil
 }
 
-// testBody converts a spec to the wire form (without servers).
-func testBody(t *TestSpec) (TestBody, error) {
-	b := TestBody{Index: uint32(t.Index), Concurrency: uint32(t.Concurrency), Loop: int32(t.Loop)}
+// setTestParams writes a test's service and parameters (lstcon_testrpc_prep).
+func (c *Console) setTestParams(tr TestReq, t *TestSpec) error {
 	switch t.Kind {
 	case "ping":
-		b.Service = ServicePing
+		tr.SetService(ServicePing)
+		tr.SetPing(0, 0)
+		return nil
 	case "brw":
-		b.Service = ServiceBRW
-		b.Size = uint32(t.Size)
-		b.BRWOp = BRWRead
-		if t.Op == "write" {
-			b.BRWOp = BRWWrite
-		}
-		ck, err := ParseCheck(t.Check)
-		if err != nil {
-			return b, err
-		}
-		b.Check = ck
 	default:
-		return b, fmt.Errorf("unknown test kind %q", t.Kind)
+		return fmt.Errorf("unknown test kind %q", t.Kind)
 	}
-	return b, nil
+	tr.SetService(ServiceBRW)
+	op := uint32(BRWRead)
+	if t.Op == "write" {
+		op = BRWWrite
+	}
+	ck, err := ParseCheck(t.Check)
+	if err != nil {
+		return err
+	}
+	if c.Feats()&FeatBulkLen == 0 {
+		tr.SetBulkV0(op, uint32((t.Size+pageSize-1)/pageSize), ck)
+	} else {
+		tr.SetBulkV1(uint16(op), uint16(ck), uint32(t.Size), uint32(t.Offset))
+	}
+	return nil
 }
 
-// AddTest adds a test to a batch: the servers learn it first, then each
-// client gets its servers according to the distribution.
+// AddTest adds a test to a batch, as lstcon_test_nodes_add: the servers
+// learn it first, then each client gets its destinations (a bulk the
+// client GETs) according to the distribution. Loop counts RPCs per test
+// unit: every client runs Concurrency units per destination.
 func (c *Console) AddTest(ctx context.Context, batchName string, t TestSpec) error {
 	b, ok := c.Batch(batchName)
 	if !ok {
@@ -395,8 +471,8 @@ func (c *Console) AddTest(ctx context.Context, batchName string, t TestSpec) err
 	if t.Concurrency == 0 {
 		t.Concurrency = 1
 	}
-	if t.Concurrency < 1 || t.Concurrency > 1024 {
-		return fmt.Errorf("--concurrency %d: want 1..1024", t.Concurrency)
+	if t.Concurrency < 1 || t.Concurrency > MaxConcurrency {
+		return fmt.Errorf("--concurrency %d: want 1..%d", t.Concurrency, MaxConcurrency)
 	}
 	if t.Distribute == "" {
 		t.Distribute = "1:1"
@@ -417,27 +493,49 @@ func (c *Console) AddTest(ctx context.Context, batchName string, t TestSpec) err
 		return err
 	}
 	t.Index = len(b.Tests) + 1
-	body, err := testBody(&t)
-	if err != nil {
+	if err := c.setTestParams(make(TestReq, MsgSize), &t); err != nil {
 		return err
 	}
-	if len(servers) > MaxServers {
-		return fmt.Errorf("group %q has %d nodes, at most %d servers per test", t.To, len(servers), MaxServers)
+	mapping := dist.Map(len(clients), len(servers))
+	span := len(mapping[0])
+	if span > IDsPerPage {
+		return fmt.Errorf("--distribute %s: %d servers per client, at most %d", t.Distribute, span, IDsPerPage)
 	}
-	res := c.each(ctx, servers, func(_ int, m *Msg) {
-		*m = Msg{Type: MsgTestReq, BID: b.ID, Test: body}
+	src := dist.Src
+	if src <= 0 || src > len(clients) {
+		src = len(clients)
+	}
+	// Servers: no destinations; loop is how many RPCs they may expect
+	// at once (the kernel sizes its buffers with it).
+	ndist := (len(clients) + src - 1) / src
+	nspan := (len(servers) + span - 1) / span
+	nmax := (ndist + nspan - 1) / nspan
+	fill := func(m Msg, client bool) TestReq {
+		tr := m.TestReq()
+		tr.SetBID(b.ID)
+		tr.SetConcur(uint32(t.Concurrency))
+		tr.SetIsClient(client)
+		tr.SetStopOnErr(true)
+		_ = c.setTestParams(tr, &t)
+		return tr
+	}
+	res := c.each(ctx, servers, MsgTestReq, func(_ int, m Msg) []byte {
+		tr := fill(m, false)
+		tr.SetLoop(int32(nmax * src * t.Concurrency))
+		return nil
 	})
 	if err := firstErr("add test on server", res); err != nil {
 		return err
 	}
-	mapping := dist.Map(len(clients), len(servers))
-	res = c.each(ctx, clients, func(i int, m *Msg) {
-		tb := body
-		tb.Client = true
-		for _, j := range mapping[i] {
-			tb.Servers = append(tb.Servers, lnetwire.ProcessID{NID: servers[j], PID: lnetwire.PIDLustre})
+	res = c.each(ctx, clients, MsgTestReq, func(i int, m Msg) []byte {
+		tr := fill(m, true)
+		tr.SetLoop(int32(t.Loop))
+		tr.SetNDest(uint32(len(mapping[i])))
+		bulk := make([]byte, DestListLen(len(mapping[i])))
+		for k, j := range mapping[i] {
+			PutDest(bulk, k, lnetwire.ProcessID{NID: servers[j], PID: lnetwire.PIDLustre})
 		}
-		*m = Msg{Type: MsgTestReq, BID: b.ID, Test: tb}
+		return bulk
 	})
 	if err := firstErr("add test on client", res); err != nil {
 		return err
@@ -446,27 +544,44 @@ func (c *Console) AddTest(ctx context.Context, batchName string, t TestSpec) err
 	return nil
 }
 
-// batchNodes returns every node taking part in a batch.
-func (c *Console) batchNodes(b *Batch) ([]lnetwire.NID, error) {
-	var out []lnetwire.NID
-	for _, t := range b.Tests {
-		for _, g := range []string{t.To, t.From} {
-			nids, err := c.GroupNIDs(g)
-			if err != nil {
-				return nil, err
-			}
-			for _, n := range nids {
-				if !slices.Contains(out, n) {
-					out = append(out, n)
-				}
+// batchNodes returns a batch's client nodes, and its server nodes.
+func (c *Console) batchNodes(b *Batch) (clients, servers []lnetwire.NID, err error) {
+	add := func(out []lnetwire.NID, g string) ([]lnetwire.NID, error) {
+		nids, err := c.GroupNIDs(g)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range nids {
+			if !slices.Contains(out, n) {
+				out = append(out, n)
 			}
 		}
+		return out, nil
 	}
-	return out, nil
+	for _, t := range b.Tests {
+		if clients, err = add(clients, t.From); err != nil {
+			return nil, nil, err
+		}
+		if servers, err = add(servers, t.To); err != nil {
+			return nil, nil, err
+		}
+	}
+	return clients, servers, nil
 }
 
-// BatchOp runs, stops or queries a batch on all its nodes.
+// BatchOp runs or stops a batch on its client nodes, or queries it on
+// its clients and servers (as lst run, stop, query). A stop lets the
+// RPCs in flight finish; StopForce aborts them.
 func (c *Console) BatchOp(ctx context.Context, name string, opc uint32) ([]NodeResult, error) {
+	return c.batchOp(ctx, name, opc, false)
+}
+
+// StopForce stops a batch, aborting its RPCs in flight (lst stop --force).
+func (c *Console) StopForce(ctx context.Context, name string) ([]NodeResult, error) {
+	return c.batchOp(ctx, name, BatchStop, true)
+}
+
+func (c *Console) batchOp(ctx context.Context, name string, opc uint32, force bool) ([]NodeResult, error) {
 	b, ok := c.Batch(name)
 	if !ok {
 		return nil, fmt.Errorf("no batch %q", name)
@@ -474,11 +589,27 @@ func (c *Console) BatchOp(ctx context.Context, name string, opc uint32) ([]NodeR
 	if len(b.Tests) == 0 {
 		return nil, fmt.Errorf("batch %q has no tests (add_test --batch %s ...)", name, name)
 	}
-	nodes, err := c.batchNodes(b)
+	clients, servers, err := c.batchNodes(b)
 	if err != nil {
 		return nil, err
 	}
-	res := c.each(ctx, nodes, func(_ int, m *Msg) { *m = Msg{Type: MsgBatchReq, BID: b.ID, Opc: opc} })
+	nodes := clients
+	if opc == BatchQuery {
+		for _, n := range servers {
+			if !slices.Contains(nodes, n) {
+				nodes = append(nodes, n)
+			}
+		}
+	}
+	res := c.each(ctx, nodes, MsgBatchReq, func(_ int, m Msg) []byte {
+		br := m.BatchReq()
+		br.SetBID(b.ID)
+		br.SetOpc(opc)
+		if force {
+			br.SetArg(1)
+		}
+		return nil
+	})
 	return res, firstErr("batch", res)
 }
 
@@ -498,10 +629,74 @@ func (c *Console) AllNodes() []lnetwire.NID {
 
 // Stat queries the counters of nodes (STAT).
 func (c *Console) Stat(ctx context.Context, nids []lnetwire.NID) []NodeResult {
-	return c.each(ctx, nids, func(_ int, m *Msg) { *m = Msg{Type: MsgStatReq} })
+	return c.each(ctx, nids, MsgStatReq, func(int, Msg) []byte { return nil })
 }
 
-// End removes every node from the session (RMSN).
+// NodeState is a node's state as list_group shows it (LST_NODE_*).
+type NodeState string
+
+// Node states.
+const (
+	NodeActive  NodeState = "Active"  // in this session
+	NodeBusy    NodeState = "Busy"    // in another console's session
+	NodeDown    NodeState = "Down"    // no reply
+	NodeUnknown NodeState = "Unknown" // in no session
+)
+
+// Query asks nodes which session they are in (DEBUG, as the console's
+// session query and pinger): the replies also restart the nodes'
+// session timers.
+func (c *Console) Query(ctx context.Context, nids []lnetwire.NID) ([]NodeResult, []NodeState) {
+	res := c.each(ctx, nids, MsgDebugReq, func(int, Msg) []byte { return nil })
+	st := make([]NodeState, len(res))
+	for i, r := range res {
+		var se *StatusError
+		switch {
+		case errors.As(r.Err, &se) && se.Errno == syscall.ESRCH:
+			st[i] = NodeUnknown
+		case r.Err != nil && r.Rep == nil:
+			st[i] = NodeDown
+		case r.Rep.ReplySID() == c.SID():
+			st[i] = NodeActive
+		default:
+			st[i] = NodeBusy
+		}
+	}
+	return res, st
+}
+
+// End removes every node from the session (RMSN); a node in no session
+// (ESRCH) counts as removed.
 func (c *Console) End(ctx context.Context) []NodeResult {
-	return c.each(ctx, c.AllNodes(), func(_ int, m *Msg) { *m = Msg{Type: MsgRemoveSesReq} })
+	res := c.each(ctx, c.AllNodes(), MsgRemoveSesReq, func(int, Msg) []byte { return nil })
+	for i, r := range res {
+		var se *StatusError
+		if errors.As(r.Err, &se) && se.Errno == syscall.ESRCH {
+			res[i].Err = nil
+		}
+	}
+	return res
+}
+
+// WaitIdle queries a batch until no test of it runs on any node, or ctx
+// ends.
+func (c *Console) WaitIdle(ctx context.Context, name string) error {
+	for {
+		res, err := c.BatchOp(ctx, name, BatchQuery)
+		if err != nil {
+			return err
+		}
+		active := uint32(0)
+		for i := range res {
+			active += res[i].Active()
+		}
+		if active == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("batch %s still running: %w", name, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }

@@ -74,3 +74,15 @@ func TestParseNIDs(t *testing.T) {
 		}
 	}
 }
+
+func TestSizes(t *testing.T) {
+	for s, want := range map[string]int{"4K": 4096, "4k": 4096, "1M": 1 << 20, "104": 104, "64K": 65536} {
+		got, err := ParseSize(s)
+		if err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v", s, got, err)
+		}
+		if s != "4k" && s != "104" && FormatSize(got) != s {
+			t.Errorf("FormatSize(%d) = %q", got, FormatSize(got))
+		}
+	}
+}

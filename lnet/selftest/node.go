@@ -2,8 +2,10 @@ package selftest
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -15,50 +17,70 @@ import (
 type Config struct {
 	// Log receives diagnostics; nil means slog.Default().
 	Log *slog.Logger
-	// RPCTimeout bounds each test RPC and bulk transfer (default 30 s).
+	// RPCTimeout bounds each test RPC and bulk transfer (default 64 s,
+	// the kernel's rpc_timeout).
 	RPCTimeout time.Duration
+	// SessionTimeout ends a session no framework RPC touched for that
+	// long (default 100 s, the kernel's session_timeout; negative:
+	// never). The node reports it in MKSN and DEBUG replies; Lustre's
+	// console pings every node at half of it.
+	SessionTimeout time.Duration
 }
 
-// Service is the selftest service of one LNet node: it answers console
-// requests (session, test, batch, stat) on FrameworkPortal and test
-// requests (brw, ping) on RequestPortal, and runs the client side of the
-// tests it was given. lnetd starts one on its instance.
+// Service is the lnet_selftest node of one LNet instance, as Lustre's
+// kernel module: it answers console requests (session, test, batch,
+// stat, debug) on FrameworkPortal and test requests (brw, ping) on
+// RequestPortal, and runs the client side of the tests it was given.
+// lnetd starts one on its instance.
 type Service struct {
-	ep      *endpoint
-	log     *slog.Logger
-	timeout time.Duration
-	fw, tst *reqBuffers
-	bulkBuf sync.Pool // *[]byte of lnet.MTU bytes for server-side bulk
-	ctx     context.Context
-	stop    context.CancelFunc
-	wg      sync.WaitGroup // request handlers
+	in       *lnet.Instance
+	ep       *endpoint // the node's srpc layer (its counters go in STAT)
+	con      *endpoint // console RPCs sent for a local lst (ProxyCall)
+	log      *slog.Logger
+	timeout  time.Duration
+	sessTime time.Duration
+	fw, tst  *reqBuffers
+	bulkBuf  sync.Pool // *[]byte of lnet.MTU bytes for server-side bulk
+	ctx      context.Context
+	stop     context.CancelFunc
+	wg       sync.WaitGroup // request handlers and test units
+	pingSeq  atomic.Uint32
 
-	mu     sync.Mutex
-	sess   *session
-	closed bool
+	// fwMu serialises the framework handlers (the kernel runs one at a
+	// time). Lock order: fwMu, then mu.
+	fwMu sync.Mutex
+	// mu guards the fields below and every session, batch and test
+	// instance's mutable state.
+	mu      sync.Mutex
+	sess    *session
+	zombies int // ended sessions whose tests are still stopping
+	closed  bool
 
 	// corruptRead, if set (tests only), damages brw read data after
 	// the pattern is written, before it leaves.
 	corruptRead func([]byte)
 }
 
-// session is the node's view of the session it belongs to (sfw_session).
+// session is the node's session (sfw_session).
 type session struct {
 	sid     SID
 	name    string
+	feats   uint32
 	timeout time.Duration
+	started time.Time
+	refs    int // MKSNs of its console not yet matched by an RMSN
 	timer   *time.Timer
-	batches map[uint64]*batch
+	batches []*batch
+	ended   bool
+
+	brwErrors, pingErrors atomic.Uint32
 }
 
-// batch is one batch of tests on this node.
+// batch is one batch of tests on this node (sfw_batch).
 type batch struct {
 	id      uint64
-	tests   []TestBody // in Index order
-	running bool
-	cancel  context.CancelFunc
-	done    sync.WaitGroup
-	active  int // test instances with workers left (guarded by Service.mu)
+	tests   []*testInst
+	nactive int // client test instances with units running
 }
 
 // NewService starts the selftest service on in: it posts the request
@@ -69,23 +91,31 @@ func NewService(in *lnet.Instance, cfg Config) (*Service, error) {
 		log = slog.Default()
 	}
 	if cfg.RPCTimeout <= 0 {
-		cfg.RPCTimeout = 30 * time.Second
+		cfg.RPCTimeout = 64 * time.Second
 	}
-	s := &Service{ep: newEndpoint(in, log), log: log, timeout: cfg.RPCTimeout}
+	switch {
+	case cfg.SessionTimeout == 0:
+		cfg.SessionTimeout = 100 * time.Second
+	case cfg.SessionTimeout < 0:
+		cfg.SessionTimeout = 0
+	}
+	ids := newMatchIDs()
+	s := &Service{in: in, ep: newEndpoint(in, log, ids), con: newEndpoint(in, log, ids), log: log,
+		timeout: cfg.RPCTimeout, sessTime: cfg.SessionTimeout}
 	s.bulkBuf.New = func() any { b := make([]byte, lnet.MTU); return &b }
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	var err error
-	if s.fw, err = s.ep.postBuffers(FrameworkPortal, 16, MaxFrameworkMsg, s.dispatch); err != nil {
+	if s.fw, err = s.ep.postBuffers(FrameworkPortal, 64, s.dispatch); err != nil {
 		return nil, err
 	}
-	if s.tst, err = s.ep.postBuffers(RequestPortal, 2048, MaxTestMsg, s.dispatch); err != nil {
+	if s.tst, err = s.ep.postBuffers(RequestPortal, 4096, s.dispatch); err != nil {
 		s.fw.close()
 		return nil, err
 	}
 	return s, nil
 }
 
-// Close ends the session (stopping its tests) and removes the request
+// Close ends the session (aborting its tests) and removes the request
 // buffers. In-flight requests are abandoned.
 func (s *Service) Close() {
 	s.mu.Lock()
@@ -94,30 +124,30 @@ func (s *Service) Close() {
 		return
 	}
 	s.closed = true
-	sess := s.sess
-	s.sess = nil
+	s.deactivateLocked()
 	s.mu.Unlock()
 	s.fw.close()
 	s.tst.close()
 	s.stop()
-	if sess != nil {
-		s.endSession(sess)
-	}
 	s.wg.Wait()
 }
 
-// Counters returns a snapshot of the node's counters.
+// Counters returns what a STAT reply of the node carries now.
 func (s *Service) Counters() Counters {
-	c := s.ep.cnt.snapshot(s.ep.in)
+	c := Counters{RPC: s.ep.cnt.snapshot(), LNet: lnetCounters(s.in)}
 	s.mu.Lock()
-	if s.sess != nil {
-		for _, b := range s.sess.batches {
-			if b.running {
-				c.ActiveBatches++
+	defer s.mu.Unlock()
+	c.FW.ZombieSessions = uint32(s.zombies)
+	if sn := s.sess; sn != nil {
+		c.FW.RunningMS = uint32(time.Since(sn.started).Milliseconds())
+		c.FW.BRWErrors = sn.brwErrors.Load()
+		c.FW.PingErrors = sn.pingErrors.Load()
+		for _, b := range sn.batches {
+			if b.nactive > 0 {
+				c.FW.ActiveBatches++
 			}
 		}
 	}
-	s.mu.Unlock()
 	return c
 }
 
@@ -131,8 +161,9 @@ func (s *Service) Session() (SID, string) {
 	return s.sess.sid, s.sess.name
 }
 
-// dispatch handles one request copied out of a request buffer.
-func (s *Service) dispatch(raw []byte, from lnetwire.ProcessID) {
+// dispatch handles one request copied out of a request buffer; svc is
+// the match bits it came with (the service id).
+func (s *Service) dispatch(raw []byte, from lnetwire.ProcessID, svc uint64) {
 	// Add under mu, so that Close (closed, then Wait) never races an Add.
 	s.mu.Lock()
 	if s.closed {
@@ -142,402 +173,352 @@ func (s *Service) dispatch(raw []byte, from lnetwire.ProcessID) {
 	s.wg.Add(1)
 	s.mu.Unlock()
 	defer s.wg.Done()
-	var req Msg
-	if err := ParseMsg(raw, &req); err != nil || req.Type.IsReply() {
+	req, swapped, err := Parse(raw)
+	badVersion := errors.Is(err, ErrBadVersion)
+	if err == nil || badVersion {
+		if t := req.Type(); svc >= uint64(serviceMax) || ServiceID(svc).Request() != t {
+			err = ErrBadType
+			badVersion = false
+		}
+	}
+	if err != nil && !badVersion {
 		s.ep.cnt.rpcsDropped.Add(1)
-		s.log.Debug("selftest: bad request dropped", "from", from, "err", err)
+		s.log.Info("selftest: request dropped", "from", from, "service", svc, "err", err)
 		return
 	}
-	s.ep.cnt.rpcsRcvd.Add(1)
-	rep := Msg{Type: req.Type.ReplyType(), Feats: req.Feats}
-	status := syscall.Errno(0)
-	switch req.Type {
-	case MsgMakeSessReq:
-		status = s.makeSession(&req, &rep)
-	case MsgRemoveSesReq:
-		if status = s.checkSession(req.SID, true); status == 0 {
-			s.mu.Lock()
-			sess := s.sess
-			if sess != nil && sess.sid == req.SID {
-				s.sess = nil
-			} else {
-				sess = nil // ended meanwhile
-			}
-			s.mu.Unlock()
-			if sess != nil {
-				s.endSession(sess)
-				s.log.Info("selftest: session ended by console", "session", sess.name, "console", from)
-			}
-		}
-	case MsgTestReq:
-		status = s.addTest(&req)
-	case MsgBatchReq:
-		status = s.batchOp(&req, &rep)
-	case MsgStatReq:
-		if req.SID.IsZero() || s.checkSession(req.SID, true) == 0 {
-			rep.Counters = s.Counters()
-		} else {
-			status = syscall.ESRCH
-		}
-	case MsgBRWReq:
-		status = s.serveBRW(&req, from)
-	case MsgPingReq:
-		if status = s.checkSession(req.SID, false); status == 0 {
-			rep.PingSeq = req.PingSeq
-		} else {
-			s.ep.cnt.pingErrors.Add(1)
-		}
+	bp := replyBufs.Get().(*[]byte)
+	defer replyBufs.Put(bp)
+	rep := Msg(*bp)
+	rep.Init(req.Type().ReplyType(), FeatsMask)
+	drop := false
+	switch sv := ServiceID(svc); {
+	case badVersion:
+		s.log.Info("selftest: request version mismatch", "from", from, "version", req.Version())
+		rep.SetStatus(uint32(syscall.EPROTO))
+	case sv == ServiceBRW:
+		drop = s.serveBRW(req, swapped, from, rep)
+	case sv == ServicePing:
+		drop = s.servePing(req, rep)
 	default:
-		status = syscall.EPROTO
+		drop = s.serveFramework(req, swapped, from, rep)
 	}
-	if status != 0 {
-		s.ep.cnt.errors.Add(1)
+	if drop {
+		s.ep.cnt.rpcsDropped.Add(1)
+		return
 	}
-	rep.Status = uint32(status)
-	s.mu.Lock()
-	if s.sess != nil {
-		rep.SID = s.sess.sid
-	}
-	s.mu.Unlock()
-	s.ep.sendReply(from, req.RpyID, &rep)
+	s.ep.sendReply(from, req.RpyID(), rep)
 }
 
-// checkSession says whether sid is the node's session (0) or not
-// (ESRCH); touch restarts the session's idle timer.
-func (s *Service) checkSession(sid SID, touch bool) syscall.Errno {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.sess == nil || s.sess.sid != sid {
-		return syscall.ESRCH
-	}
-	if touch && s.sess.timer != nil {
-		s.sess.timer.Reset(s.sess.timeout)
-	}
-	return 0
-}
-
-// makeSession joins the node to the console's session (MKSN). A node in
-// another session refuses with EBUSY unless forced.
-func (s *Service) makeSession(req, rep *Msg) syscall.Errno {
-	if req.SID.IsZero() {
-		return syscall.EINVAL
-	}
+// serveFramework handles a console request (sfw_handle_server_rpc). It
+// reports whether the request is dropped without a reply.
+func (s *Service) serveFramework(req Msg, swapped bool, from lnetwire.ProcessID, rep Msg) bool {
+	s.fwMu.Lock()
+	defer s.fwMu.Unlock()
+	t := req.Type()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return syscall.ESHUTDOWN
+		return true
+	}
+	sn := s.sess
+	if sn != nil && sn.timer != nil {
+		sn.timer.Stop()
+	}
+	defer s.rearm()
+	if sn != nil {
+		rep.SetFeats(sn.feats)
+	}
+	if t != MsgMakeSessReq && t != MsgDebugReq {
+		if sn != nil && sn.feats != req.Feats() {
+			s.mu.Unlock()
+			s.log.Info("selftest: request features differ from the session's", "from", from, "type", t,
+				"feats", req.Feats(), "session", sn.feats)
+			rep.SetStatus(uint32(syscall.EPROTO))
+			rep.SetReplySID(sn.sid)
+			return false
+		}
+	} else if req.Feats()&^FeatsMask != 0 {
+		s.mu.Unlock()
+		rep.SetStatus(uint32(syscall.EPROTO))
+		return false
+	}
+	var st syscall.Errno
+	drop := false
+	switch t {
+	case MsgMakeSessReq:
+		st = s.makeSessionLocked(req, rep, from)
+	case MsgRemoveSesReq:
+		st = s.removeSessionLocked(req, rep, from)
+	case MsgDebugReq:
+		st = s.debugLocked(rep)
+	case MsgStatReq:
+		rep.SetReplySID(s.oldSIDLocked())
+		switch sid := req.ReqSID(); {
+		case sid.NID == lnetwire.NIDAny:
+			st = syscall.EINVAL
+		case sn == nil || sn.sid != sid:
+			st = syscall.ESRCH
+		default:
+			s.mu.Unlock()
+			c := s.Counters()
+			rep.StatRep().SetCounters(&c)
+			s.mu.Lock()
+		}
+	case MsgBatchReq:
+		st, drop = s.batchOpLocked(req, rep)
+	case MsgTestReq:
+		s.mu.Unlock()
+		st = s.addTest(req, swapped, from, rep)
+		s.mu.Lock()
+	default: // JOIN: not a service of the kernel module either
+		drop = true
+	}
+	if s.sess != nil {
+		rep.SetFeats(s.sess.feats)
+	}
+	s.mu.Unlock()
+	rep.SetStatus(uint32(st))
+	return drop
+}
+
+// rearm restarts the session timer after a framework RPC.
+func (s *Service) rearm() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sn := s.sess; sn != nil && sn.timeout > 0 {
+		if sn.timer == nil {
+			sn.timer = time.AfterFunc(sn.timeout, func() { s.expire(sn) })
+		} else {
+			sn.timer.Reset(sn.timeout)
+		}
+	}
+}
+
+// oldSIDLocked is the sid replies carry: the node's session, or
+// noSID (get_old_sid).
+func (s *Service) oldSIDLocked() SID {
+	if s.sess == nil {
+		return noSID
+	}
+	return s.sess.sid
+}
+
+// makeSessionLocked is sfw_make_session: join the console's session;
+// a node in another session refuses with EBUSY unless forced.
+func (s *Service) makeSessionLocked(req, rep Msg, from lnetwire.ProcessID) syscall.Errno {
+	mk, mr := req.MksnReq(), rep.MksnRep()
+	sid := req.ReqSID()
+	rep.SetReplySID(s.oldSIDLocked())
+	if sid.NID == lnetwire.NIDAny {
+		return syscall.EINVAL
+	}
+	if sn := s.sess; sn != nil {
+		mr.SetTimeout(uint32(sn.timeout / time.Second))
+		if sn.sid == sid {
+			sn.refs++
+			return 0
+		}
+		if !mk.Force() {
+			mr.SetName(sn.name)
+			return syscall.EBUSY
+		}
+	}
+	if req.Feats()&^FeatsMask != 0 {
+		return syscall.EPROTO
 	}
 	old := s.sess
-	if old != nil && old.sid == req.SID {
-		if old.timer != nil {
-			old.timer.Reset(old.timeout)
-		}
-		rep.Name, rep.Timeout = old.name, uint32(old.timeout/time.Second)
-		s.mu.Unlock()
-		return 0
-	}
-	if old != nil && !req.Force {
-		rep.Name, rep.Timeout = old.name, uint32(old.timeout/time.Second)
-		s.mu.Unlock()
-		return syscall.EBUSY
-	}
-	sess := &session{sid: req.SID, name: req.Name, timeout: time.Duration(req.Timeout) * time.Second, batches: map[uint64]*batch{}}
-	if sess.timeout > 0 {
-		sess.timer = time.AfterFunc(sess.timeout, func() { s.expire(sess) })
-	}
-	s.sess = sess
-	s.mu.Unlock()
+	s.deactivateLocked()
+	sn := &session{sid: sid, name: mk.Name(), feats: req.Feats(), timeout: s.sessTime, started: time.Now(), refs: 1}
+	s.sess = sn
+	rep.SetReplySID(sid)
+	mr.SetTimeout(uint32(sn.timeout / time.Second))
 	if old != nil {
-		s.endSession(old)
-		s.log.Info("selftest: session replaced (forced)", "old", old.name, "new", sess.name)
+		s.log.Info("selftest: session replaced (forced)", "old", old.name, "new", sn.name, "console", from)
 	}
-	s.ep.cnt.reset()
-	s.ep.cnt.rpcsRcvd.Add(1) // this request
-	rep.Name, rep.Timeout = sess.name, req.Timeout
-	s.log.Info("selftest: joined session", "session", sess.name, "sid", sess.sid.String(), "timeout", sess.timeout)
+	s.log.Info("selftest: joined session", "session", sn.name, "sid", sid.String(), "console", from, "features", sn.feats)
 	return 0
 }
 
-// expire ends a session the console has not touched for its timeout.
-func (s *Service) expire(sess *session) {
+// removeSessionLocked is sfw_remove_session.
+func (s *Service) removeSessionLocked(req, rep Msg, from lnetwire.ProcessID) syscall.Errno {
+	sid := req.ReqSID()
+	sn := s.sess
+	rep.SetReplySID(s.oldSIDLocked())
+	switch {
+	case sid.NID == lnetwire.NIDAny:
+		return syscall.EINVAL
+	case sn == nil:
+		return syscall.ESRCH
+	case sn.sid != sid:
+		return syscall.EBUSY
+	}
+	if sn.refs--; sn.refs > 0 {
+		return 0
+	}
+	s.deactivateLocked()
+	rep.SetReplySID(noSID)
+	s.log.Info("selftest: session ended by console", "session", sn.name, "console", from)
+	return 0
+}
+
+// debugLocked is sfw_debug_session: the node's session, if any.
+func (s *Service) debugLocked(rep Msg) syscall.Errno {
+	sn := s.sess
+	rep.SetReplySID(s.oldSIDLocked())
+	if sn == nil {
+		return syscall.ESRCH
+	}
+	d := rep.DebugRep()
+	d.SetTimeout(uint32(sn.timeout / time.Second))
+	d.SetNBatch(uint32(len(sn.batches)))
+	d.SetName(sn.name)
+	return 0
+}
+
+// expire ends a session no framework RPC touched for its timeout.
+func (s *Service) expire(sn *session) {
 	s.mu.Lock()
-	if s.sess != sess {
-		s.mu.Unlock()
+	defer s.mu.Unlock()
+	if s.sess != sn {
+		return
+	}
+	s.log.Warn("selftest: session expired, tests stopped", "session", sn.name, "sid", sn.sid.String(), "timeout", sn.timeout)
+	s.deactivateLocked()
+}
+
+// deactivateLocked ends the current session: its running tests are
+// aborted; it stays a zombie until they have stopped.
+func (s *Service) deactivateLocked() {
+	sn := s.sess
+	if sn == nil {
 		return
 	}
 	s.sess = nil
-	s.mu.Unlock()
-	s.log.Warn("selftest: session timed out, tests stopped", "session", sess.name, "timeout", sess.timeout)
-	s.endSession(sess)
+	sn.ended = true
+	if sn.timer != nil {
+		sn.timer.Stop()
+	}
+	active := false
+	for _, b := range sn.batches {
+		if b.nactive > 0 {
+			active = true
+			s.stopBatchLocked(b, true)
+		}
+	}
+	if active {
+		s.zombies++
+	}
 }
 
-// endSession stops every batch of a session that is no longer current.
-func (s *Service) endSession(sess *session) {
-	if sess.timer != nil {
-		sess.timer.Stop()
+// findBatchLocked returns the session's batch id, creating it if asked.
+func (sn *session) findBatch(id uint64, create bool) *batch {
+	for _, b := range sn.batches {
+		if b.id == id {
+			return b
+		}
+	}
+	if !create {
+		return nil
+	}
+	b := &batch{id: id}
+	sn.batches = append(sn.batches, b)
+	return b
+}
+
+// batchOpLocked is sfw_control_batch; an unknown opcode is dropped.
+func (s *Service) batchOpLocked(req, rep Msg) (syscall.Errno, bool) {
+	br := req.BatchReq()
+	sn := s.sess
+	rep.SetReplySID(s.oldSIDLocked())
+	if sn == nil || sn.sid != req.ReqSID() {
+		return syscall.ESRCH, false
+	}
+	b := sn.findBatch(br.BID(), false)
+	if b == nil {
+		return syscall.ENOENT, false
+	}
+	switch br.Opc() {
+	case BatchRun:
+		s.runBatchLocked(sn, b)
+	case BatchStop:
+		s.stopBatchLocked(b, br.Arg() != 0)
+	case BatchQuery:
+		idx := br.TestIdx()
+		if idx == 0 {
+			rep.BatchRep().SetActive(uint32(b.nactive))
+			break
+		}
+		if int(idx) > len(b.tests) {
+			return syscall.ENOENT, false
+		}
+		rep.BatchRep().SetActive(uint32(b.tests[idx-1].nactive))
+	default:
+		return 0, true
+	}
+	return 0, false
+}
+
+// addTest is sfw_add_test: record a test instance of a batch. A client
+// instance first GETs its destination list from the console.
+func (s *Service) addTest(req Msg, swapped bool, from lnetwire.ProcessID, rep Msg) syscall.Errno {
+	tr := req.TestReq()
+	s.mu.Lock()
+	rep.SetReplySID(s.oldSIDLocked())
+	s.mu.Unlock()
+	sid, ndest, svc := req.ReqSID(), tr.NDest(), tr.Service()
+	if tr.Loop() == 0 || tr.Concur() == 0 || sid.NID == lnetwire.NIDAny || ndest > MaxDests ||
+		tr.IsClient() && ndest == 0 || tr.Concur() > MaxConcurrency || svc >= serviceMax || svc <= serviceFwMax {
+		return syscall.EINVAL
+	}
+	check := func() (*session, syscall.Errno) {
+		sn := s.sess
+		if sn == nil || sn.sid != sid || svc != ServiceBRW && svc != ServicePing {
+			return nil, syscall.ENOENT
+		}
+		if b := sn.findBatch(tr.BID(), false); b != nil && b.nactive > 0 {
+			return nil, syscall.EBUSY
+		}
+		return sn, 0
 	}
 	s.mu.Lock()
-	var bs []*batch
-	for _, b := range sess.batches {
-		bs = append(bs, b)
-	}
+	_, st := check()
 	s.mu.Unlock()
-	for _, b := range bs {
-		s.stopBatch(b)
-	}
-}
-
-// addTest records a test of a batch (TEST request).
-func (s *Service) addTest(req *Msg) syscall.Errno {
-	if st := s.checkSession(req.SID, true); st != 0 {
+	if st != 0 {
 		return st
 	}
-	t := req.Test
-	switch {
-	case t.Service != ServiceBRW && t.Service != ServicePing,
-		t.Service == ServiceBRW && (t.BRWOp != BRWRead && t.BRWOp != BRWWrite || t.Size == 0 || t.Size > lnet.MTU || t.Check > CheckFull),
-		t.Client && (len(t.Servers) == 0 || t.Concurrency == 0 || t.Concurrency > 1024),
-		t.Index == 0:
-		return syscall.EINVAL
+	ti := &testInst{service: svc, client: tr.IsClient(), loop: tr.Loop(), concur: tr.Concur(), stopOnErr: tr.StopOnErr()}
+	if ti.client {
+		// The destinations: ndest packed ids the console's MD holds.
+		list := make([]byte, int(ndest)*ProcessIDSize)
+		if err := s.ep.bulk(s.ctx, from, tr.BulkID(), list, true, s.timeout); err != nil {
+			s.log.Info("selftest: TEST destination list not fetched", "console", from, "err", err)
+			return syscall.EIO
+		}
+		for i := range int(ndest) {
+			id, ok := Dest(list, i, swapped)
+			if !ok {
+				return syscall.EINVAL
+			}
+			ti.dests = append(ti.dests, id)
+		}
+		if st := ti.params(req, tr); st != 0 {
+			return st
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.sess == nil {
-		return syscall.ESRCH
-	}
-	b := s.sess.batches[req.BID]
-	if b == nil {
-		b = &batch{id: req.BID}
-		s.sess.batches[req.BID] = b
-	}
-	if b.running {
-		return syscall.EBUSY
-	}
-	for i := range b.tests {
-		if b.tests[i].Index == t.Index {
-			b.tests[i] = t // re-sent by a console: replace
-			return 0
-		}
-	}
-	b.tests = append(b.tests, t)
-	return 0
-}
-
-// batchOp runs, stops or queries a batch (BATCH request).
-func (s *Service) batchOp(req, rep *Msg) syscall.Errno {
-	if st := s.checkSession(req.SID, true); st != 0 {
+	sn, st := check()
+	if st != 0 {
 		return st
 	}
-	s.mu.Lock()
-	var b *batch
-	var sid SID
-	if s.sess != nil {
-		b = s.sess.batches[req.BID]
-		sid = s.sess.sid
+	ti.sess = sn
+	b := sn.findBatch(tr.BID(), true)
+	b.tests = append(b.tests, ti)
+	role := "server"
+	if ti.client {
+		role = "client"
 	}
-	if b == nil {
-		s.mu.Unlock()
-		if req.Opc == BatchQuery || req.Opc == BatchStop {
-			return 0 // nothing of it here: not running
-		}
-		return syscall.ENOENT
-	}
-	switch req.Opc {
-	case BatchRun:
-		if !b.running {
-			s.runBatchLocked(b, sid)
-		}
-		rep.Active = uint32(b.active)
-		s.mu.Unlock()
-	case BatchStop:
-		s.mu.Unlock()
-		s.stopBatch(b)
-	case BatchQuery:
-		rep.Active = uint32(b.active)
-		s.mu.Unlock()
-	default:
-		s.mu.Unlock()
-		return syscall.EINVAL
-	}
-	return 0
-}
-
-// runBatchLocked starts the client workers of b's tests.
-func (s *Service) runBatchLocked(b *batch, sid SID) {
-	ctx, cancel := context.WithCancel(s.ctx)
-	b.running, b.cancel = true, cancel
-	for i := range b.tests {
-		t := b.tests[i]
-		if !t.Client {
-			continue
-		}
-		b.active++
-		b.done.Add(1)
-		go func() {
-			defer b.done.Done()
-			s.runTest(ctx, sid, &t)
-			s.mu.Lock()
-			b.active--
-			if b.active == 0 {
-				b.running = false
-			}
-			s.mu.Unlock()
-		}()
-	}
-	if b.active == 0 {
-		b.running = false // servers only: nothing runs here
-	}
-}
-
-// stopBatch stops b's workers and waits for them.
-func (s *Service) stopBatch(b *batch) {
-	s.mu.Lock()
-	cancel := b.cancel
-	s.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	b.done.Wait()
-	s.mu.Lock()
-	b.running = false
-	s.mu.Unlock()
-}
-
-// stopGrace is how long a stopped test waits for its RPCs in flight.
-const stopGrace = 3 * time.Second
-
-// runTest is the client side of one test: Concurrency workers issuing
-// RPCs to the servers round robin until Loop RPCs are done or ctx ends.
-func (s *Service) runTest(ctx context.Context, sid SID, t *TestBody) {
-	var left struct {
-		sync.Mutex
-		n int64
-	}
-	left.n = int64(t.Loop)
-	take := func() bool {
-		if t.Loop < 0 {
-			return true
-		}
-		left.Lock()
-		defer left.Unlock()
-		if left.n <= 0 {
-			return false
-		}
-		left.n--
-		return true
-	}
-	// Stopping lets RPCs in flight finish for stopGrace before they are
-	// abandoned: an abandoned RPC leaves its server waiting on a bulk
-	// that never comes, to fail later as a spurious error.
-	actx, abort := context.WithCancel(context.WithoutCancel(ctx))
-	defer abort()
-	stopWatch := context.AfterFunc(ctx, func() { time.AfterFunc(stopGrace, abort) })
-	defer stopWatch()
-	var wg sync.WaitGroup
-	for w := range int(t.Concurrency) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var bulk []byte
-			if t.Service == ServiceBRW {
-				bulk = make([]byte, t.Size)
-			}
-			rbuf := make([]byte, 512)
-			for i := w; ctx.Err() == nil && take(); i += int(t.Concurrency) {
-				srv := t.Servers[i%len(t.Servers)]
-				err := s.testRPC(actx, sid, t, srv, bulk, rbuf, uint32(i))
-				if err != nil && ctx.Err() != nil && actx.Err() == nil {
-					return // stopped: an RPC cut short is not an error
-				}
-				if err != nil && actx.Err() != nil {
-					// Still unanswered stopGrace after the stop: the
-					// server is gone or stuck; report it.
-					s.ep.cnt.rpcsExpired.Add(1)
-				}
-				if err != nil {
-					s.ep.cnt.errors.Add(1)
-					if t.Service == ServiceBRW {
-						s.ep.cnt.brwErrors.Add(1)
-					} else {
-						s.ep.cnt.pingErrors.Add(1)
-					}
-					s.log.Debug("selftest: test RPC failed", "server", srv, "err", err)
-					// Do not spin on a dead server.
-					select {
-					case <-ctx.Done():
-					case <-time.After(10 * time.Millisecond):
-					}
-					continue
-				}
-				s.ep.cnt.testRPCs.Add(1)
-				if t.Service == ServiceBRW {
-					s.ep.cnt.testBytes.Add(uint64(t.Size))
-				}
-			}
-		}()
-	}
-	wg.Wait()
-}
-
-// testRPC performs one brw or ping RPC against srv.
-func (s *Service) testRPC(ctx context.Context, sid SID, t *TestBody, srv lnetwire.ProcessID, bulk, rbuf []byte, seq uint32) error {
-	var rep Msg
-	if t.Service == ServicePing {
-		rpy, _ := s.ep.newIDs()
-		req := Msg{Type: MsgPingReq, RpyID: rpy, SID: sid, PingSeq: seq, PingTime: uint64(time.Now().UnixNano())}
-		return s.ep.call(ctx, srv, &req, nil, 0, s.timeout, &rep, rbuf)
-	}
-	rpy, bid := s.ep.newIDs()
-	req := Msg{Type: MsgBRWReq, RpyID: rpy, BulkID: bid, SID: sid, BRWOp: t.BRWOp, BulkLen: t.Size, Check: t.Check}
-	if t.BRWOp == BRWWrite {
-		FillPattern(bulk, bid, t.Check)
-	}
-	if err := s.ep.call(ctx, srv, &req, bulk, t.BRWOp, s.timeout, &rep, rbuf); err != nil {
-		return err
-	}
-	if t.BRWOp == BRWRead {
-		if off := VerifyPattern(bulk, bid, t.Check); off >= 0 {
-			s.log.Warn("selftest: brw read data mismatch", "server", srv, "offset", off, "check", CheckName(t.Check))
-			return ErrDataMismatch
-		}
-	}
-	return nil
-}
-
-// serveBRW is the server side of a brw RPC: GET the client's data and
-// check it (write), or fill and PUT it (read).
-func (s *Service) serveBRW(req *Msg, from lnetwire.ProcessID) syscall.Errno {
-	if st := s.checkSession(req.SID, false); st != 0 {
-		s.ep.cnt.brwErrors.Add(1)
-		return st
-	}
-	if req.BulkLen == 0 || req.BulkLen > lnet.MTU || (req.BRWOp != BRWRead && req.BRWOp != BRWWrite) || req.Check > CheckFull {
-		s.ep.cnt.brwErrors.Add(1)
-		return syscall.EINVAL
-	}
-	bp := s.bulkBuf.Get().(*[]byte)
-	defer s.bulkBuf.Put(bp)
-	buf := (*bp)[:req.BulkLen]
-	if req.BRWOp == BRWRead {
-		FillPattern(buf, req.BulkID, req.Check)
-		if s.corruptRead != nil {
-			s.corruptRead(buf)
-		}
-	}
-	if err := s.ep.bulk(s.ctx, from, req.BulkID, buf, req.BRWOp, s.timeout); err != nil {
-		s.ep.cnt.brwErrors.Add(1)
-		s.log.Debug("selftest: brw bulk failed", "client", from, "err", err)
-		return syscall.EIO
-	}
-	if req.BRWOp == BRWRead {
-		s.ep.cnt.bulkPut.Add(uint64(req.BulkLen))
-		return 0
-	}
-	s.ep.cnt.bulkGet.Add(uint64(req.BulkLen))
-	if off := VerifyPattern(buf, req.BulkID, req.Check); off >= 0 {
-		s.ep.cnt.brwErrors.Add(1)
-		s.log.Warn("selftest: brw write data mismatch", "client", from, "offset", off, "check", CheckName(req.Check))
-		return syscall.EBADMSG
-	}
+	s.log.Debug("selftest: test added", "batch", b.id, "service", svc, "role", role, "loop", ti.loop,
+		"concurrency", ti.concur, "dests", len(ti.dests))
 	return 0
 }

@@ -41,32 +41,39 @@ func (e *StatusError) Is(target error) bool {
 	return target == ErrDataMismatch && e.Errno == syscall.EBADMSG
 }
 
-// counters are the live selftest counters of an endpoint.
-type counters struct {
-	rpcsSent, rpcsRcvd, rpcsDropped, rpcsExpired, errors atomic.Uint64
-	bulkGet, bulkPut, brwErrors, pingErrors              atomic.Uint64
-	testRPCs, testBytes                                  atomic.Uint64
+// rpcCounters are the live srpc_counters of an endpoint.
+type rpcCounters struct {
+	errors, rpcsSent, rpcsRcvd, rpcsDropped, rpcsExpired atomic.Uint32
+	bulkGet, bulkPut                                     atomic.Uint64
 }
 
-func (c *counters) reset() {
-	for _, p := range []*atomic.Uint64{&c.rpcsSent, &c.rpcsRcvd, &c.rpcsDropped, &c.rpcsExpired, &c.errors,
-		&c.bulkGet, &c.bulkPut, &c.brwErrors, &c.pingErrors, &c.testRPCs, &c.testBytes} {
-		p.Store(0)
-	}
+func (c *rpcCounters) snapshot() RPCCounters {
+	return RPCCounters{Errors: c.errors.Load(), RPCsSent: c.rpcsSent.Load(), RPCsRcvd: c.rpcsRcvd.Load(),
+		RPCsDropped: c.rpcsDropped.Load(), RPCsExpired: c.rpcsExpired.Load(), BulkGet: c.bulkGet.Load(), BulkPut: c.bulkPut.Load()}
 }
 
-func (c *counters) snapshot(in *lnet.Instance) Counters {
+// lnetCounters converts the instance's counters to lnet_counters_common.
+func lnetCounters(in *lnet.Instance) LNetCounters {
 	st := in.Stats()
-	return Counters{
-		RPCsSent: c.rpcsSent.Load(), RPCsRcvd: c.rpcsRcvd.Load(), RPCsDropped: c.rpcsDropped.Load(),
-		RPCsExpired: c.rpcsExpired.Load(), Errors: c.errors.Load(), BulkGet: c.bulkGet.Load(),
-		BulkPut: c.bulkPut.Load(), BRWErrors: c.brwErrors.Load(), PingErrors: c.pingErrors.Load(),
-		TestRPCs: c.testRPCs.Load(), TestBytes: c.testBytes.Load(),
-		LNetMsgsAlloc: st.MsgsAlloc, LNetErrors: st.Errors, LNetSendCount: st.SendCount,
-		LNetRecvCount: st.RecvCount, LNetDropCount: st.DropCount, LNetSendLength: st.SendLength,
-		LNetRecvLength: st.RecvLength, LNetDropLength: st.DropLength,
-	}
+	return LNetCounters{MsgsAlloc: uint32(st.MsgsAlloc), MsgsMax: uint32(st.MsgsMax), Errors: uint32(st.Errors),
+		SendCount: uint32(st.SendCount), RecvCount: uint32(st.RecvCount), RouteCount: uint32(st.RouteCount),
+		DropCount: uint32(st.DropCount), SendLength: st.SendLength, RecvLength: st.RecvLength,
+		RouteLength: st.RouteLength, DropLength: st.DropLength}
 }
+
+// matchIDs hands out the match bits of reply and bulk buffers
+// (srpc_next_id); endpoints of one instance share one.
+type matchIDs struct{ n atomic.Uint64 }
+
+func newMatchIDs() *matchIDs {
+	m := &matchIDs{}
+	// Start from the clock so a restarted requester does not reuse
+	// the match bits of replies still in flight to its previous run.
+	m.n.Store(uint64(time.Now().UnixNano()) >> 1)
+	return m
+}
+
+func (m *matchIDs) next() uint64 { return m.n.Add(1) }
 
 // endpoint is the SRPC machinery on one LNet instance: client calls
 // (request PUT, reply and bulk MDs on RDMAPortal) and, for nodes, the
@@ -74,25 +81,19 @@ func (c *counters) snapshot(in *lnet.Instance) Counters {
 type endpoint struct {
 	in  *lnet.Instance
 	log *slog.Logger
-	ids atomic.Uint64
-	cnt counters
+	ids *matchIDs
+	cnt rpcCounters
 	// replyH is replySent bound once (a method value allocates).
 	replyH func(*lnet.Event)
 }
 
-func newEndpoint(in *lnet.Instance, log *slog.Logger) *endpoint {
-	e := &endpoint{in: in, log: log}
+func newEndpoint(in *lnet.Instance, log *slog.Logger, ids *matchIDs) *endpoint {
+	if ids == nil {
+		ids = newMatchIDs()
+	}
+	e := &endpoint{in: in, log: log, ids: ids}
 	e.replyH = e.replySent
-	// Start ids from the clock so a restarted requester does not reuse
-	// the match bits of replies still in flight to its previous run.
-	e.ids.Store(uint64(time.Now().UnixNano()) >> 1)
 	return e
-}
-
-// newIDs returns fresh reply and bulk match bits.
-func (e *endpoint) newIDs() (rpy, bulk uint64) {
-	id := e.ids.Add(2)
-	return id, id + 1
 }
 
 // MD tags (UserPtr) telling a call's events apart.
@@ -151,106 +152,120 @@ func (c *call) handler(ev *lnet.Event) {
 	}
 }
 
-// call sends req to `to` and waits for the reply, decoded into rep. req's
-// RpyID (and BulkID when bulk != nil) must be set from newIDs. With bulk,
-// the remote side GETs it (bulkOp BRWWrite) or PUTs into it (BRWRead),
-// and call returns only after that transfer completed. rbuf receives the
-// reply (≥ the reply's size). Timeout or ctx ending unlinks the MDs.
-func (e *endpoint) call(ctx context.Context, to lnetwire.ProcessID, req *Msg, bulk []byte, bulkOp uint32, timeout time.Duration, rep *Msg, rbuf []byte) error {
+// Passive bulk MD operations: the remote side GETs the buffer (brw
+// write, TEST destination list) or PUTs into it (brw read).
+const (
+	bulkNone = iota
+	bulkGet
+	bulkPut
+)
+
+// call sends req (a request of MsgSize bytes whose rpyid, and bulkid
+// when bulkOp is not bulkNone, the caller set from e.ids) to `to` and
+// waits for the reply, received into rbuf (MsgSize bytes) and parsed.
+// With bulk, call returns only after the remote side moved it (or
+// replied with an error status, which comes back as a *StatusError with
+// the reply). Timeout or ctx ending unlinks the MDs.
+func (e *endpoint) call(ctx context.Context, to lnetwire.ProcessID, req Msg, bulkID uint64, bulk []byte, bulkOp int, timeout time.Duration, rbuf []byte) (Msg, error) {
 	c := getCall(timeout)
 	clean := false
 	defer func() { e.release(c, clean) }()
-	if bulk != nil {
-		me, err := e.in.MEAttach(RDMAPortal, to, req.BulkID, 0, lnet.AutoUnlink, lnet.InsAfter)
+	if bulkOp != bulkNone {
+		me, err := e.in.MEAttach(RDMAPortal, to, bulkID, 0, lnet.AutoUnlink, lnet.InsAfter)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		opt := lnet.MDOpGet
-		if bulkOp == BRWRead {
+		if bulkOp == bulkPut {
 			opt = lnet.MDOpPut
 		}
 		h, err := e.in.MDAttach(me, lnet.MD{Start: bulk, Threshold: 1, Options: opt, Handler: c.h, UserPtr: tagBulk}, lnet.AutoUnlink)
 		if err != nil {
 			_ = e.in.MEUnlink(me)
-			return err
+			return nil, err
 		}
 		c.mds[c.n], c.n = h, c.n+1
 	}
-	me, err := e.in.MEAttach(RDMAPortal, to, req.RpyID, 0, lnet.AutoUnlink, lnet.InsAfter)
+	me, err := e.in.MEAttach(RDMAPortal, to, req.RpyID(), 0, lnet.AutoUnlink, lnet.InsAfter)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	rbuf = rbuf[:MsgSize]
 	rh, err := e.in.MDAttach(me, lnet.MD{Start: rbuf, Threshold: 1, Options: lnet.MDOpPut | lnet.MDTruncate | lnet.MDAckDisable,
 		Handler: c.h, UserPtr: tagReply}, lnet.AutoUnlink)
 	if err != nil {
 		_ = e.in.MEUnlink(me)
-		return err
+		return nil, err
 	}
 	c.mds[c.n], c.n = rh, c.n+1
-	c.qbuf = req.Append(c.qbuf[:0])
+	c.qbuf = append(c.qbuf[:0], req[:MsgSize]...)
 	qh, err := e.in.MDBind(lnet.MD{Start: c.qbuf, Threshold: 1, Handler: c.h, UserPtr: tagReq}, lnet.AutoUnlink)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	c.mds[c.n], c.n = qh, c.n+1
-	svc := req.Type.Service()
-	e.cnt.rpcsSent.Add(1)
+	t := req.Type()
+	svc := t.Service()
 	if err := e.in.Put(lnetwire.NIDAny, qh, lnet.AckReqNo, to, svc.Portal(), uint64(svc), 0, 0); err != nil {
-		return err
+		return nil, err
 	}
-	sent, replied, bulkDone := false, false, bulk == nil
-	var status error
-	for !(sent && replied && bulkDone) {
+	sent, replied, bulkDone := false, false, bulkOp == bulkNone
+	var rep Msg
+	// An error status means the peer will not move the bulk: then only
+	// the request's SEND is still awaited (release unlinks the bulk MD).
+	for !sent || !replied || !bulkDone && rep.Status() == 0 {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		case <-c.timer.C:
 			e.cnt.rpcsExpired.Add(1)
-			return fmt.Errorf("%w: %v to %v after %v", ErrRPCTimeout, req.Type, to, timeout)
+			return nil, fmt.Errorf("%w: %v to %v after %v", ErrRPCTimeout, t, to, timeout)
 		case ev := <-c.ch:
 			tag, _ := ev.MD.UserPtr.(int)
 			if ev.Status != nil {
-				return fmt.Errorf("%v to %v: %v failed: %w", req.Type, to, ev.Type, ev.Status)
+				e.cnt.errors.Add(1)
+				return nil, fmt.Errorf("%v to %v: %v failed: %w", t, to, ev.Type, ev.Status)
 			}
 			switch {
 			case tag == tagReq && ev.Type == lnet.EventSend:
 				sent = true
+				e.cnt.rpcsSent.Add(1)
 			case tag == tagReply && ev.Type == lnet.EventPut:
 				replied = true
-				if err := ParseMsg(rbuf[:ev.MLength], rep); err != nil {
-					return fmt.Errorf("reply from %v: %w", to, err)
+				if ev.RLength != MsgSize {
+					return nil, fmt.Errorf("reply from %v: %w: %d bytes", to, ErrShort, ev.RLength)
 				}
-				if rep.Type != req.Type.ReplyType() {
-					return fmt.Errorf("reply from %v: %w: %v to a %v", to, ErrBadType, rep.Type, req.Type)
+				var perr error
+				if rep, _, perr = Parse(rbuf); perr != nil {
+					return nil, fmt.Errorf("reply from %v: %w", to, perr)
 				}
-				if rep.Status != 0 {
-					// No bulk will come: wait only for the request's SEND.
-					status = &StatusError{Errno: syscall.Errno(rep.Status), Type: rep.Type}
-					if !bulkDone {
-						return status
-					}
+				if rep.Type() != t.ReplyType() {
+					return nil, fmt.Errorf("reply from %v: %w: %v to a %v", to, ErrBadType, rep.Type(), t)
 				}
 			case tag == tagBulk && (ev.Type == lnet.EventGet || ev.Type == lnet.EventPut):
 				if ev.MLength != len(bulk) {
-					return fmt.Errorf("bulk from %v: %d bytes of %d", to, ev.MLength, len(bulk))
+					return nil, fmt.Errorf("bulk with %v: %d bytes of %d", to, ev.MLength, len(bulk))
 				}
 				bulkDone = true
 			}
 		}
 	}
-	clean = true
-	return status
+	clean = bulkDone
+	if rep.Status() != 0 {
+		return rep, &StatusError{Errno: syscall.Errno(rep.Status()), Type: rep.Type()}
+	}
+	return rep, nil
 }
 
-// replyBufs recycles reply encodings once their SEND event says the LND
+// replyBufs recycles reply messages once their SEND event says the LND
 // is done with them.
-var replyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+var replyBufs = sync.Pool{New: func() any { b := make([]byte, MsgSize); return &b }}
 
-// sendReply PUTs rep to the requester's reply buffer. Failures are
-// counted; nobody waits for them.
-func (e *endpoint) sendReply(to lnetwire.ProcessID, rpyID uint64, rep *Msg) {
+// sendReply PUTs rep (MsgSize bytes, copied) to the requester's reply
+// buffer. Failures are counted; nobody waits for them.
+func (e *endpoint) sendReply(to lnetwire.ProcessID, rpyID uint64, rep Msg) {
 	bp := replyBufs.Get().(*[]byte)
-	*bp = rep.Append((*bp)[:0])
+	copy(*bp, rep[:MsgSize])
 	h, err := e.in.MDBind(lnet.MD{Start: *bp, Threshold: 1, Handler: e.replyH, UserPtr: bp}, lnet.AutoUnlink)
 	if err == nil {
 		err = e.in.Put(lnetwire.NIDAny, h, lnet.AckReqNo, to, RDMAPortal, rpyID, 0, 0)
@@ -273,13 +288,14 @@ func (e *endpoint) replySent(ev *lnet.Event) {
 }
 
 // bulk moves buf between this node and the requester's bulk MD: GET it
-// (a brw write: the data comes to us) or PUT it (a brw read).
-func (e *endpoint) bulk(ctx context.Context, to lnetwire.ProcessID, bulkID uint64, buf []byte, op uint32, timeout time.Duration) error {
+// (sink: a brw write or a TEST destination list comes to us) or PUT it
+// (a brw read), as srpc_do_bulk. The bytes moved are counted.
+func (e *endpoint) bulk(ctx context.Context, to lnetwire.ProcessID, bulkID uint64, buf []byte, sink bool, timeout time.Duration) error {
 	c := getCall(timeout)
 	clean := false
 	defer func() { e.release(c, clean) }()
 	thresh := 1
-	if op == BRWWrite {
+	if sink {
 		thresh = 2 // SEND + REPLY
 	}
 	h, err := e.in.MDBind(lnet.MD{Start: buf, Threshold: thresh, Handler: c.h}, lnet.AutoUnlink)
@@ -287,7 +303,7 @@ func (e *endpoint) bulk(ctx context.Context, to lnetwire.ProcessID, bulkID uint6
 		return err
 	}
 	c.mds[0], c.n = h, 1
-	if op == BRWWrite {
+	if sink {
 		err = e.in.Get(lnetwire.NIDAny, h, to, RDMAPortal, bulkID, 0)
 	} else {
 		err = e.in.Put(lnetwire.NIDAny, h, lnet.AckReqNo, to, RDMAPortal, bulkID, 0, 0)
@@ -303,6 +319,7 @@ func (e *endpoint) bulk(ctx context.Context, to lnetwire.ProcessID, bulkID uint6
 			return fmt.Errorf("%w: bulk with %v after %v", ErrRPCTimeout, to, timeout)
 		case ev := <-c.ch:
 			if ev.Status != nil {
+				e.cnt.errors.Add(1)
 				return fmt.Errorf("bulk %v with %v: %w", ev.Type, to, ev.Status)
 			}
 			if ev.Type == lnet.EventReply && ev.MLength != len(buf) {
@@ -310,6 +327,11 @@ func (e *endpoint) bulk(ctx context.Context, to lnetwire.ProcessID, bulkID uint6
 			}
 			if ev.Unlinked { // the MD's last event: SEND (and REPLY) done
 				clean = true
+				if sink {
+					e.cnt.bulkGet.Add(uint64(len(buf)))
+				} else {
+					e.cnt.bulkPut.Add(uint64(len(buf)))
+				}
 				return nil
 			}
 		}
@@ -317,24 +339,25 @@ func (e *endpoint) bulk(ctx context.Context, to lnetwire.ProcessID, bulkID uint6
 }
 
 // reqBuffers are the request buffers of one portal: two MEs matching any
-// initiator and any match bits, each with an MD of slots×maxSize bytes
+// initiator and any match bits, each with an MD of slots×MsgSize bytes
 // that takes requests at a running offset. An exhausted MD unlinks itself
 // and is attached again at once; its requests were copied out by then.
-// The portal is lazy, so a request arriving in between waits.
+// The portal is lazy, so a request arriving in between waits. As the
+// kernel's request buffers (one srpc_msg each), they take only
+// messages of exactly MsgSize bytes: anything else is dropped.
 type reqBuffers struct {
 	e       *endpoint
 	portal  int
-	maxSize int
 	mes     [2]*lnet.ME
 	bufs    [2][]byte
-	handle  func(req []byte, from lnetwire.ProcessID)
+	handle  func(req []byte, from lnetwire.ProcessID, svc uint64)
 	mu      sync.Mutex
 	closed  bool
 	handles [2]lnet.MDHandle
 }
 
-func (e *endpoint) postBuffers(portal, slots, maxSize int, handle func([]byte, lnetwire.ProcessID)) (*reqBuffers, error) {
-	rb := &reqBuffers{e: e, portal: portal, maxSize: maxSize, handle: handle}
+func (e *endpoint) postBuffers(portal, slots int, handle func([]byte, lnetwire.ProcessID, uint64)) (*reqBuffers, error) {
+	rb := &reqBuffers{e: e, portal: portal, handle: handle}
 	if err := e.in.SetLazyPortal(portal); err != nil {
 		return nil, err
 	}
@@ -345,7 +368,7 @@ func (e *endpoint) postBuffers(portal, slots, maxSize int, handle func([]byte, l
 			return nil, err
 		}
 		rb.mes[i] = me
-		rb.bufs[i] = make([]byte, slots*maxSize)
+		rb.bufs[i] = make([]byte, slots*MsgSize)
 		if err := rb.attach(i); err != nil {
 			rb.close()
 			return nil, err
@@ -360,7 +383,7 @@ func (rb *reqBuffers) attach(i int) error {
 	if rb.closed {
 		return ErrClosed
 	}
-	h, err := rb.e.in.MDAttach(rb.mes[i], lnet.MD{Start: rb.bufs[i], Threshold: lnet.ThreshInf, MaxSize: rb.maxSize,
+	h, err := rb.e.in.MDAttach(rb.mes[i], lnet.MD{Start: rb.bufs[i], Threshold: lnet.ThreshInf, MaxSize: MsgSize,
 		Options: lnet.MDOpPut | lnet.MDMaxSize | lnet.MDTruncate | lnet.MDAckDisable, UserPtr: i, Handler: rb.event}, lnet.AutoUnlink)
 	rb.handles[i] = h
 	return err
@@ -369,19 +392,15 @@ func (rb *reqBuffers) attach(i int) error {
 func (rb *reqBuffers) event(ev *lnet.Event) {
 	i, _ := ev.MD.UserPtr.(int)
 	if ev.Type == lnet.EventPut {
-		if ev.Status != nil || ev.MLength < ev.RLength {
+		rb.e.cnt.rpcsRcvd.Add(1)
+		if ev.Status != nil || ev.MLength != MsgSize || ev.RLength != MsgSize {
 			rb.e.cnt.rpcsDropped.Add(1)
+			rb.e.log.Info("selftest: request dropped: not one srpc_msg", "from", ev.Initiator,
+				"portal", rb.portal, "service", ev.MatchBits, "length", ev.RLength, "err", ev.Status)
 		} else {
-			var bp *[]byte
-			if ev.MLength <= MaxTestMsg {
-				bp = smallReqs.Get().(*[]byte)
-			} else {
-				b := make([]byte, ev.MLength)
-				bp = &b
-			}
-			req := (*bp)[:ev.MLength]
-			copy(req, ev.MD.Start[ev.Offset:ev.Offset+ev.MLength])
-			go rb.serve(bp, req, ev.Initiator)
+			bp := reqCopies.Get().(*[]byte)
+			copy(*bp, ev.MD.Start[ev.Offset:ev.Offset+MsgSize])
+			go rb.serve(bp, ev.Initiator, ev.MatchBits)
 		}
 	}
 	if ev.Unlinked {
@@ -391,15 +410,13 @@ func (rb *reqBuffers) event(ev *lnet.Event) {
 	}
 }
 
-// smallReqs recycles the copies of test requests.
-var smallReqs = sync.Pool{New: func() any { b := make([]byte, MaxTestMsg); return &b }}
+// reqCopies recycles the copies of requests.
+var reqCopies = sync.Pool{New: func() any { b := make([]byte, MsgSize); return &b }}
 
 // serve handles one request copy, then recycles it.
-func (rb *reqBuffers) serve(bp *[]byte, req []byte, from lnetwire.ProcessID) {
-	rb.handle(req, from)
-	if cap(*bp) == MaxTestMsg {
-		smallReqs.Put(bp)
-	}
+func (rb *reqBuffers) serve(bp *[]byte, from lnetwire.ProcessID, svc uint64) {
+	rb.handle(*bp, from, svc)
+	reqCopies.Put(bp)
 }
 
 func (rb *reqBuffers) close() {

@@ -3,7 +3,6 @@ package selftest
 import (
 	"fmt"
 	"io"
-	"math"
 	"time"
 
 	"softib/wire/lnetwire"
@@ -31,29 +30,31 @@ type Rate struct {
 	Max float64 `json:"max"`
 }
 
-// NodeStats are one node's rates over an interval and its session totals.
+// NodeStats are one node's rates over an interval and its counters.
 type NodeStats struct {
 	NID   string `json:"nid"`
 	Error string `json:"error,omitempty"`
+	// Interval is the node's own time between the samples (running_ms).
+	Interval float64 `json:"interval_s"`
 	// LNet message and byte rates (lst's [LNet Rates] / [LNet Bandwidth]).
 	RecvMsgs float64 `json:"lnet_recv_msgs_s"`
 	SendMsgs float64 `json:"lnet_send_msgs_s"`
 	RecvMiB  float64 `json:"lnet_recv_mib_s"`
 	SendMiB  float64 `json:"lnet_send_mib_s"`
-	// Selftest RPC rates.
+	// Selftest RPC rates: requests sent (a client's test RPCs) and
+	// received, and brw bytes the node moved as a server.
 	RPCsSent float64  `json:"rpcs_sent_s"`
 	RPCsRcvd float64  `json:"rpcs_rcvd_s"`
-	TestRPCs float64  `json:"test_rpcs_s"` // completed test RPCs (as a client)
-	TestMiB  float64  `json:"test_mib_s"`  // brw payload of those
-	Counters Counters `json:"counters"`    // totals since the node joined the session
+	BulkMiB  float64  `json:"bulk_mib_s"`
+	Counters Counters `json:"counters"`
 }
 
-// GroupStats summarise a group over one interval.
+// GroupStats summarise a group over one interval, as lst stat.
 type GroupStats struct {
 	Group    string      `json:"group"`
-	Interval float64     `json:"interval_s"`
 	Nodes    []NodeStats `json:"nodes"`
-	Down     int         `json:"down"`
+	Down     int         `json:"down"` // nodes whose STAT failed (lst: "Failed to stat on N nodes")
+	Sampled  int         `json:"sampled"`
 	RecvMsgs Rate        `json:"lnet_recv_msgs_s"`
 	SendMsgs Rate        `json:"lnet_send_msgs_s"`
 	RecvMiB  Rate        `json:"lnet_recv_mib_s"`
@@ -61,31 +62,44 @@ type GroupStats struct {
 	// Group totals of the selftest rates and of the error counters.
 	RPCsSent   float64 `json:"rpcs_sent_s"`
 	RPCsRcvd   float64 `json:"rpcs_rcvd_s"`
-	TestRPCs   float64 `json:"test_rpcs_s"`
-	TestMiB    float64 `json:"test_mib_s"`
-	Errors     uint64  `json:"errors"`
+	BulkMiB    float64 `json:"bulk_mib_s"`
 	BRWErrors  uint64  `json:"brw_errors"`
 	PingErrors uint64  `json:"ping_errors"`
+	RPCErrors  uint64  `json:"rpc_errors"`
 	Expired    uint64  `json:"rpcs_expired"`
 	Dropped    uint64  `json:"rpcs_dropped"`
 }
 
 const mib = 1 << 20
 
-// rate is the per-second change of a counter (0 if it went backwards,
-// e.g. after the node rejoined).
-func rate(a, b uint64, dt float64) float64 {
+// Errors are the group's failed test RPCs and RPC-layer failures.
+func (g *GroupStats) Errors() uint64 {
+	return g.BRWErrors + g.PingErrors + g.Expired
+}
+
+// rate32 is the per-second change of a 32-bit wire counter (which wraps).
+func rate32(a, b uint32, dt float64) float64 {
+	if dt <= 0 {
+		return 0
+	}
+	return float64(b-a) / dt
+}
+
+// rate64 is the per-second change of a counter (0 if it went backwards).
+func rate64(a, b uint64, dt float64) float64 {
 	if b < a || dt <= 0 {
 		return 0
 	}
 	return float64(b-a) / dt
 }
 
-// ComputeGroup derives a group's rates between two samples.
+// ComputeGroup derives a group's rates between two samples. As lst, a
+// node's interval is the difference of its running_ms (the sampling
+// time when that does not advance, e.g. the node rejoined).
 func ComputeGroup(name string, nids []lnetwire.NID, prev, cur Sample) GroupStats {
-	dt := cur.Time.Sub(prev.Time).Seconds()
-	g := GroupStats{Group: name, Interval: dt}
-	var rm, sm, rb, sb []float64
+	wall := cur.Time.Sub(prev.Time).Seconds()
+	g := GroupStats{Group: name}
+	var lr lstRates
 	for _, n := range nids {
 		ns := NodeStats{NID: n.String()}
 		c, ok := cur.Nodes[n]
@@ -96,19 +110,25 @@ func ComputeGroup(name string, nids []lnetwire.NID, prev, cur Sample) GroupStats
 		case c.Err != nil:
 			ns.Error = c.Err.Error()
 		case !pok || p.Err != nil:
-			ns.Counters = c.Rep.Counters
+			ns.Counters = c.Counters()
+			ns.Error = "no previous sample"
 		default:
-			a, b := p.Rep.Counters, c.Rep.Counters
+			a, b := p.Counters(), c.Counters()
 			ns.Counters = b
-			ns.RecvMsgs = rate(a.LNetRecvCount, b.LNetRecvCount, dt)
-			ns.SendMsgs = rate(a.LNetSendCount, b.LNetSendCount, dt)
-			ns.RecvMiB = rate(a.LNetRecvLength, b.LNetRecvLength, dt) / mib
-			ns.SendMiB = rate(a.LNetSendLength, b.LNetSendLength, dt) / mib
-			ns.RPCsSent = rate(a.RPCsSent, b.RPCsSent, dt)
-			ns.RPCsRcvd = rate(a.RPCsRcvd, b.RPCsRcvd, dt)
-			ns.TestRPCs = rate(a.TestRPCs, b.TestRPCs, dt)
-			ns.TestMiB = rate(a.TestBytes, b.TestBytes, dt) / mib
-			rm, sm, rb, sb = append(rm, ns.RecvMsgs), append(sm, ns.SendMsgs), append(rb, ns.RecvMiB), append(sb, ns.SendMiB)
+			dt := float64(b.FW.RunningMS-a.FW.RunningMS) / 1000
+			if b.FW.RunningMS <= a.FW.RunningMS {
+				dt = wall
+			}
+			ns.Interval = dt
+			ns.RecvMsgs = rate32(a.LNet.RecvCount, b.LNet.RecvCount, dt)
+			ns.SendMsgs = rate32(a.LNet.SendCount, b.LNet.SendCount, dt)
+			ns.RecvMiB = rate64(a.LNet.RecvLength, b.LNet.RecvLength, dt) / mib
+			ns.SendMiB = rate64(a.LNet.SendLength, b.LNet.SendLength, dt) / mib
+			ns.RPCsSent = rate32(a.RPC.RPCsSent, b.RPC.RPCsSent, dt)
+			ns.RPCsRcvd = rate32(a.RPC.RPCsRcvd, b.RPC.RPCsRcvd, dt)
+			ns.BulkMiB = (rate64(a.RPC.BulkGet, b.RPC.BulkGet, dt) + rate64(a.RPC.BulkPut, b.RPC.BulkPut, dt)) / mib
+			lr.add(&ns)
+			g.Sampled++
 		}
 		if ns.Error != "" {
 			g.Down++
@@ -116,48 +136,121 @@ func ComputeGroup(name string, nids []lnetwire.NID, prev, cur Sample) GroupStats
 		k := ns.Counters
 		g.RPCsSent += ns.RPCsSent
 		g.RPCsRcvd += ns.RPCsRcvd
-		g.TestRPCs += ns.TestRPCs
-		g.TestMiB += ns.TestMiB
-		g.Errors += k.Errors
-		g.BRWErrors += k.BRWErrors
-		g.PingErrors += k.PingErrors
-		g.Expired += k.RPCsExpired
-		g.Dropped += k.RPCsDropped
+		g.BulkMiB += ns.BulkMiB
+		g.BRWErrors += uint64(k.FW.BRWErrors)
+		g.PingErrors += uint64(k.FW.PingErrors)
+		g.RPCErrors += uint64(k.RPC.Errors)
+		g.Expired += uint64(k.RPC.RPCsExpired)
+		g.Dropped += uint64(k.RPC.RPCsDropped)
 		g.Nodes = append(g.Nodes, ns)
 	}
-	g.RecvMsgs, g.SendMsgs, g.RecvMiB, g.SendMiB = summarize(rm), summarize(sm), summarize(rb), summarize(sb)
+	g.RecvMsgs, g.SendMsgs, g.RecvMiB, g.SendMiB = lr.result()
 	return g
 }
 
-func summarize(v []float64) Rate {
-	if len(v) == 0 {
-		return Rate{}
-	}
-	r := Rate{Min: math.Inf(1), Max: math.Inf(-1)}
-	for _, x := range v {
-		r.Avg += x
-		r.Min = min(r.Min, x)
-		r.Max = max(r.Max, x)
-	}
-	r.Avg /= float64(len(v))
-	return r
+// lstRates accumulates as lst_cal_lnet_stat: the minimum ignores zeros
+// (a zero minimum means "none yet").
+type lstRates struct {
+	n              int
+	rm, sm, rb, sb Rate // Avg holds the total until result
 }
 
-// Format prints the group in lst stat's layout, then softib's selftest
-// lines and any unreachable node.
+func accumulate(r *Rate, v float64) {
+	r.Avg += v
+	if r.Min > v || r.Min == 0 {
+		r.Min = v
+	}
+	if r.Max < v {
+		r.Max = v
+	}
+}
+
+func (l *lstRates) add(ns *NodeStats) {
+	l.n++
+	accumulate(&l.rm, ns.RecvMsgs)
+	accumulate(&l.sm, ns.SendMsgs)
+	accumulate(&l.rb, ns.RecvMiB)
+	accumulate(&l.sb, ns.SendMiB)
+}
+
+func (l *lstRates) result() (rm, sm, rb, sb Rate) {
+	if l.n == 0 {
+		return
+	}
+	for _, r := range []*Rate{&l.rm, &l.sm, &l.rb, &l.sb} {
+		r.Avg /= float64(l.n)
+	}
+	return l.rm, l.sm, l.rb, l.sb
+}
+
+// Format prints the group as lst stat does (lst_print_stat): the count
+// of nodes that failed to answer, then the LNet rates and bandwidth.
 func (g *GroupStats) Format(w io.Writer) {
+	if g.Down > 0 {
+		fmt.Fprintf(w, "Failed to stat on %d nodes\n", g.Down)
+	}
+	if g.Sampled == 0 {
+		return
+	}
 	fmt.Fprintf(w, "[LNet Rates of %s]\n", g.Group)
 	fmt.Fprintf(w, "[R] Avg: %-8.0f RPC/s Min: %-8.0f RPC/s Max: %-8.0f RPC/s\n", g.RecvMsgs.Avg, g.RecvMsgs.Min, g.RecvMsgs.Max)
 	fmt.Fprintf(w, "[W] Avg: %-8.0f RPC/s Min: %-8.0f RPC/s Max: %-8.0f RPC/s\n", g.SendMsgs.Avg, g.SendMsgs.Min, g.SendMsgs.Max)
 	fmt.Fprintf(w, "[LNet Bandwidth of %s]\n", g.Group)
-	fmt.Fprintf(w, "[R] Avg: %-8.2f MiB/s Min: %-8.2f MiB/s Max: %-8.2f MiB/s\n", g.RecvMiB.Avg, g.RecvMiB.Min, g.RecvMiB.Max)
-	fmt.Fprintf(w, "[W] Avg: %-8.2f MiB/s Min: %-8.2f MiB/s Max: %-8.2f MiB/s\n", g.SendMiB.Avg, g.SendMiB.Min, g.SendMiB.Max)
-	fmt.Fprintf(w, "[Selftest RPCs of %s]\n", g.Group)
-	fmt.Fprintf(w, "[S] Sent: %.0f RPC/s Rcvd: %.0f RPC/s Completed: %.0f RPC/s Data: %.2f MiB/s\n", g.RPCsSent, g.RPCsRcvd, g.TestRPCs, g.TestMiB)
-	fmt.Fprintf(w, "[E] Errors: %d BRW: %d Ping: %d Expired: %d Dropped: %d\n", g.Errors, g.BRWErrors, g.PingErrors, g.Expired, g.Dropped)
-	for _, n := range g.Nodes {
-		if n.Error != "" {
-			fmt.Fprintf(w, "%s: unreachable: %s\n", n.NID, n.Error)
+	fmt.Fprintf(w, "[R] Avg: %-8.2f MiB/s Min: %-8.2f MiB/s Max: %-8.2f MiB/s \n", g.RecvMiB.Avg, g.RecvMiB.Min, g.RecvMiB.Max)
+	fmt.Fprintf(w, "[W] Avg: %-8.2f MiB/s Min: %-8.2f MiB/s Max: %-8.2f MiB/s \n", g.SendMiB.Avg, g.SendMiB.Min, g.SendMiB.Max)
+}
+
+// Totals sum a test run between two samples: the test RPCs the clients
+// sent, the brw bytes the servers moved, and the errors.
+type Totals struct {
+	Seconds    float64 `json:"seconds"`
+	RPCs       uint64  `json:"rpcs"`       // requests the clients sent (their test RPCs)
+	Bytes      uint64  `json:"bytes"`      // brw payload the servers moved
+	BRWErrors  uint64  `json:"brw_errors"` // failed brw RPCs, data mismatches included (clients)
+	PingErrors uint64  `json:"ping_errors"`
+	Expired    uint64  `json:"rpcs_expired"` // RPCs that timed out, any node
+	Dropped    uint64  `json:"rpcs_dropped"` // requests servers dropped (e.g. failed bulk)
+	Down       []lnetwire.NID
+}
+
+// Errors are the failed and timed-out RPCs.
+func (t *Totals) Errors() uint64 { return t.BRWErrors + t.PingErrors + t.Expired }
+
+// RunTotals computes Totals between start and end. The framework
+// errors count since the session started; the RPC counters as deltas.
+func RunTotals(start, end Sample, clients, servers []lnetwire.NID) Totals {
+	t := Totals{Seconds: end.Time.Sub(start.Time).Seconds()}
+	seen := map[lnetwire.NID]bool{}
+	for _, group := range [][]lnetwire.NID{clients, servers} {
+		for _, n := range group {
+			if seen[n] {
+				continue
+			}
+			seen[n] = true
+			e, s := end.Nodes[n], start.Nodes[n]
+			if e.Err != nil || e.Rep == nil {
+				t.Down = append(t.Down, n)
+				continue
+			}
+			b, a := e.Counters(), s.Counters()
+			t.BRWErrors += uint64(b.FW.BRWErrors)
+			t.PingErrors += uint64(b.FW.PingErrors)
+			t.Expired += uint64(b.RPC.RPCsExpired - a.RPC.RPCsExpired)
+			t.Dropped += uint64(b.RPC.RPCsDropped - a.RPC.RPCsDropped)
 		}
 	}
+	for _, n := range clients {
+		e, s := end.Nodes[n], start.Nodes[n]
+		if e.Rep != nil && s.Rep != nil {
+			t.RPCs += uint64(e.Counters().RPC.RPCsSent - s.Counters().RPC.RPCsSent)
+		}
+	}
+	for _, n := range servers {
+		e, s := end.Nodes[n], start.Nodes[n]
+		if e.Rep != nil && s.Rep != nil {
+			b, a := e.Counters(), s.Counters()
+			t.Bytes += b.RPC.BulkGet - a.RPC.BulkGet + b.RPC.BulkPut - a.RPC.BulkPut
+		}
+	}
+	return t
 }

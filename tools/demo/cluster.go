@@ -250,8 +250,8 @@ func (c *Cluster) Close() {
 // as lst does through a node's lnetd (selftest.Service.ProxyCall).
 func (c *Cluster) caller() selftest.Caller {
 	svc := c.Nodes[0].Svc
-	return func(ctx context.Context, to lnetwire.NID, req []byte, timeout time.Duration) ([]byte, error) {
-		raw, err := json.Marshal(selftest.ProxyArgs{NID: to.String(), Req: req, Timeout: timeout})
+	return func(ctx context.Context, to lnetwire.NID, req, bulk []byte, timeout time.Duration) ([]byte, error) {
+		raw, err := json.Marshal(selftest.ProxyArgs{NID: to.String(), Req: req, Bulk: bulk, Timeout: timeout})
 		if err != nil {
 			return nil, err
 		}

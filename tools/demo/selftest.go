@@ -61,10 +61,10 @@ type Result struct {
 	Clients   int     `json:"clients"`
 	Servers   int     `json:"servers"`
 	Seconds   float64 `json:"seconds"`
-	RPCs      uint64  `json:"rpcs"` // test RPCs the clients completed
+	RPCs      uint64  `json:"rpcs"` // test RPCs the clients sent
 	RPCRate   float64 `json:"rpcs_per_s"`
 	MiBRate   float64 `json:"mib_per_s"` // brw payload
-	Errors    uint64  `json:"errors"`    // failed RPCs, either side
+	Errors    uint64  `json:"errors"`    // failed test RPCs (brw and ping)
 	BRWErrors uint64  `json:"brw_errors"`
 	Expired   uint64  `json:"rpcs_expired"`
 }
@@ -129,7 +129,7 @@ func sizeLabel(t TestCase) string {
 func randomStamp() uint64 {
 	var b [8]byte
 	rand.Read(b[:])
-	return binary.LittleEndian.Uint64(b[:]) | 1
+	return binary.LittleEndian.Uint64(b[:])>>1 | 1
 }
 
 // runTest runs one test in a session of its own (so the counters start
@@ -146,6 +146,8 @@ func (c *Cluster) runTest(ctx context.Context, net string, t TestCase, d time.Du
 	}
 	st := &selftest.State{Name: "demo", Stamp: randomStamp(), Console: c.Nodes[0].TCP.String(),
 		Timeout: 60, Force: true, RPCTimeout: 10}
+	// Loop -1 with Concurrency units per client and server (1:N): the
+	// clients keep Concurrency RPCs in flight to every server.
 	con := selftest.NewConsoleVia(c.caller(), st)
 	defer func() {
 		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -166,7 +168,7 @@ func (c *Cluster) runTest(ctx context.Context, net string, t TestCase, d time.Du
 	if err := con.AddTest(ctx, "demo", spec); err != nil {
 		return r, err
 	}
-	start := time.Now()
+	first := selftest.TakeSample(con.Stat(ctx, con.AllNodes()))
 	if _, err := con.BatchOp(ctx, "demo", selftest.BatchRun); err != nil {
 		return r, err
 	}
@@ -183,40 +185,19 @@ func (c *Cluster) runTest(ctx context.Context, net string, t TestCase, d time.Du
 	if _, err := con.BatchOp(pctx, "demo", selftest.BatchStop); err != nil {
 		return r, err
 	}
-	for {
-		res, err := con.BatchOp(pctx, "demo", selftest.BatchQuery)
-		if err != nil {
-			return r, err
-		}
-		active := 0
-		for _, x := range res {
-			active += int(x.Rep.Active)
-		}
-		if active == 0 {
-			break
-		}
-		select {
-		case <-pctx.Done():
-			return r, fmt.Errorf("batch still running 30 s after stop")
-		case <-time.After(5 * time.Millisecond):
-		}
+	if err := con.WaitIdle(pctx, "demo"); err != nil {
+		return r, err
 	}
-	r.Seconds = time.Since(start).Seconds()
-	var bytes uint64
-	for _, x := range con.Stat(pctx, con.AllNodes()) {
-		if x.Err != nil {
-			return r, x.Err
-		}
-		k := x.Rep.Counters
-		r.RPCs += k.TestRPCs
-		bytes += k.TestBytes
-		r.Errors += k.Errors
-		r.BRWErrors += k.BRWErrors
-		r.Expired += k.RPCsExpired
+	end := selftest.TakeSample(con.Stat(pctx, con.AllNodes()))
+	tot := selftest.RunTotals(first, end, clients, servers)
+	if len(tot.Down) > 0 {
+		return r, end.Nodes[tot.Down[0]].Err
 	}
+	r.Seconds = tot.Seconds
+	r.RPCs, r.Errors, r.BRWErrors, r.Expired = tot.RPCs, tot.BRWErrors+tot.PingErrors, tot.BRWErrors, tot.Expired
 	if r.Seconds > 0 {
 		r.RPCRate = float64(r.RPCs) / r.Seconds
-		r.MiBRate = float64(bytes) / (1 << 20) / r.Seconds
+		r.MiBRate = float64(tot.Bytes) / (1 << 20) / r.Seconds
 	}
 	return r, ctx.Err()
 }

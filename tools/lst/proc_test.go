@@ -1,8 +1,8 @@
-package selftest
+package lst
 
-// Multi-process tests: softib is built once, three lnetd processes run
-// on 127.0.0.2-4 sharing one free port, and `softib lst` drives them as
-// a user would.
+// Multi-process tests: softib is built once, lnetd processes run on
+// loopback addresses of this test binary (tools/loopaddr) sharing one
+// free port, and `softib lst` drives them as a user would.
 
 import (
 	"bytes"
@@ -18,7 +18,22 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"softib/lnet/selftest"
+	"softib/tools/loopaddr"
 )
+
+// hangGuard bounds waits; it is a guard against hangs, not a timing check.
+const hangGuard = 90 * time.Second
+
+// addrs returns n loopback addresses of this test binary.
+func addrs(n int) []string {
+	var out []string
+	for range n {
+		out = append(out, loopaddr.Next().String())
+	}
+	return out
+}
 
 var (
 	binOnce sync.Once
@@ -179,7 +194,8 @@ func lstRun(t *testing.T, env []string, args ...string) (int, string, string) {
 
 func TestProcQuick(t *testing.T) {
 	port := freePort(t)
-	startNodes(t, port, "127.0.0.2", "127.0.0.3", "127.0.0.4")
+	ip := addrs(3)
+	startNodes(t, port, ip...)
 	p := strconv.Itoa(port)
 	for _, test := range [][]string{
 		{"brw", "write", "size=4K", "check=full"},
@@ -189,7 +205,7 @@ func TestProcQuick(t *testing.T) {
 		{"ping"},
 	} {
 		t.Run(strings.Join(test, "_"), func(t *testing.T) {
-			args := append([]string{"quick", "--from", "127.0.0.2@tcp", "--to", "127.0.0.[3-4]@tcp", "--port", p,
+			args := append([]string{"quick", "--from", ip[0] + "@tcp", "--to", ip[1] + "@tcp," + ip[2] + "@tcp", "--port", p,
 				"--seconds", "1", "--delay", "0.5", "--concurrency", "4", "--distribute", "1:N", "--json"}, test...)
 			code, out, errs := lstRun(t, nil, args...)
 			var res QuickResult
@@ -206,7 +222,7 @@ func TestProcQuick(t *testing.T) {
 		})
 	}
 	// The table form prints lst's blocks.
-	code, out, errs := lstRun(t, nil, "quick", "--from", "127.0.0.2@tcp", "--to", "127.0.0.3@tcp", "--port", p,
+	code, out, errs := lstRun(t, nil, "quick", "--from", ip[0]+"@tcp", "--to", ip[1]+"@tcp", "--port", p,
 		"--seconds", "0.5", "--delay", "0.5", "ping")
 	if code != 0 || !strings.Contains(out, "[LNet Rates of servers]") || !strings.Contains(out, "[LNet Bandwidth of clients]") {
 		t.Fatalf("exit %d:\n%s\n%s", code, out, errs)
@@ -216,7 +232,8 @@ func TestProcQuick(t *testing.T) {
 // TestProcSession drives a session across separate lst invocations.
 func TestProcSession(t *testing.T) {
 	port := freePort(t)
-	startNodes(t, port, "127.0.0.2", "127.0.0.3")
+	ip := addrs(2)
+	startNodes(t, port, ip...)
 	env := []string{"LST_SESSION_FILE=" + filepath.Join(t.TempDir(), "lst.json")}
 	ok := func(args ...string) string {
 		t.Helper()
@@ -230,8 +247,8 @@ func TestProcSession(t *testing.T) {
 	if code, _, errs := lstRun(t, env, "new_session", "s2"); code == 0 || !strings.Contains(errs, "end_session first") {
 		t.Fatalf("second session: exit %d %s", code, errs)
 	}
-	ok("add_group", "clients", "127.0.0.2@tcp")
-	ok("add_group", "servers", "127.0.0.3@tcp")
+	ok("add_group", "clients", ip[0]+"@tcp")
+	ok("add_group", "servers", ip[1]+"@tcp")
 	ok("add_batch", "b")
 	ok("add_test", "--batch", "b", "--from", "clients", "--to", "servers", "--concurrency", "2", "--loop", "200",
 		"brw", "write", "size=64K", "check=full")
@@ -242,24 +259,30 @@ func TestProcSession(t *testing.T) {
 	deadline := time.Now().Add(hangGuard)
 	for !strings.Contains(ok("query", "b"), "is idle") {
 		if time.Now().After(deadline) {
-			t.Fatal("batch never finished its 200 RPCs")
+			t.Fatal("batch never finished its 2×200 RPCs")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	out := ok("stat", "--count", "1", "--delay", "0.2", "--json", "clients", "servers")
-	var sample struct{ Groups []GroupStats }
+	var sample struct{ Groups []selftest.GroupStats }
 	if err := json.Unmarshal([]byte(out), &sample); err != nil || len(sample.Groups) != 2 {
 		t.Fatalf("stat JSON %v:\n%s", err, out)
 	}
-	if k := sample.Groups[0].Nodes[0].Counters; k.TestRPCs != 200 || k.TestBytes != 200*64<<10 || k.Errors != 0 {
+	// Concurrency 2: two units of 200 RPCs each.
+	if k := sample.Groups[0].Nodes[0].Counters; k.RPC.RPCsSent != 400 || k.FW.BRWErrors != 0 || k.RPC.Errors != 0 {
 		t.Fatalf("client counters %+v", k)
 	}
-	if k := sample.Groups[1].Nodes[0].Counters; k.BulkGet != 200*64<<10 || k.BRWErrors != 0 {
+	if k := sample.Groups[1].Nodes[0].Counters; k.RPC.BulkGet != 400*64<<10 || k.RPC.RPCsRcvd < 400 {
 		t.Fatalf("server counters %+v", k)
+	}
+	// The table form is lst's.
+	out = ok("stat", "--count", "1", "--delay", "0.2", "servers")
+	if !strings.Contains(out, "[LNet Rates of servers]\n[R] Avg: ") || !strings.Contains(out, "MiB/s Min: ") {
+		t.Fatalf("stat:\n%s", out)
 	}
 	// Another console cannot take the nodes without --force.
 	env2 := []string{"LST_SESSION_FILE=" + filepath.Join(t.TempDir(), "other.json")}
-	if code, _, _ := lstRun(t, env2, "quick", "--from", "127.0.0.2@tcp", "--to", "127.0.0.3@tcp", "--port", strconv.Itoa(port),
+	if code, _, _ := lstRun(t, env2, "quick", "--from", ip[0]+"@tcp", "--to", ip[1]+"@tcp", "--port", strconv.Itoa(port),
 		"--seconds", "0.2", "--delay", "0.2", "ping"); code == 0 {
 		t.Fatal("quick took nodes that are in another session")
 	}
@@ -274,13 +297,14 @@ func TestProcSession(t *testing.T) {
 // on time, report errors and exit non-zero.
 func TestProcKillServer(t *testing.T) {
 	port := freePort(t)
-	nodes := startNodes(t, port, "127.0.0.2", "127.0.0.3", "127.0.0.4")
+	ip := addrs(3)
+	nodes := startNodes(t, port, ip...)
 	go func() {
 		time.Sleep(1500 * time.Millisecond)
 		nodes[2].kill()
 	}()
 	start := time.Now()
-	code, out, errs := lstRun(t, nil, "quick", "--from", "127.0.0.2@tcp", "--to", "127.0.0.[3-4]@tcp", "--port", strconv.Itoa(port),
+	code, out, errs := lstRun(t, nil, "quick", "--from", ip[0]+"@tcp", "--to", ip[1]+"@tcp,"+ip[2]+"@tcp", "--port", strconv.Itoa(port),
 		"--seconds", "3", "--concurrency", "4", "--distribute", "1:N", "--json", "brw", "write", "size=1M", "check=full")
 	var res QuickResult
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
@@ -292,15 +316,17 @@ func TestProcKillServer(t *testing.T) {
 	t.Logf("exit %d after %v: %d errors, unreachable %v, problems %q", code, time.Since(start).Round(time.Millisecond), res.Errors, res.Down, res.Problems)
 }
 
-// TestProcOnNode runs lst on a node: the console's address (127.0.0.1,
-// towards 127.0.0.1) is that node's NID, so lst goes through the node's
-// lnetd at the default socket, and the node itself takes part.
+// TestProcOnNode runs lst on a node: the console's address (--if) is
+// that node's NID, so lst goes through the node's lnetd at the default
+// socket, and the node itself takes part (its own TEST destination list
+// is a bulk the node GETs from itself).
 func TestProcOnNode(t *testing.T) {
 	port := freePort(t)
 	xdg := t.TempDir()
-	startNodesSock(t, port, []string{filepath.Join(xdg, "softib", "lnetd.sock")}, "127.0.0.1", "127.0.0.3")
+	ip := addrs(2)
+	startNodesSock(t, port, []string{filepath.Join(xdg, "softib", "lnetd.sock")}, ip...)
 	env := []string{"XDG_RUNTIME_DIR=" + xdg}
-	code, out, errs := lstRun(t, env, "quick", "--from", "127.0.0.1@tcp", "--to", "127.0.0.3@tcp", "--port", strconv.Itoa(port),
+	code, out, errs := lstRun(t, env, "quick", "--if", ip[0], "--from", ip[0]+"@tcp", "--to", ip[1]+"@tcp", "--port", strconv.Itoa(port),
 		"--seconds", "0.6", "--delay", "0.3", "--concurrency", "4", "--json", "brw", "read", "size=64K", "check=full")
 	var res QuickResult
 	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 0 || !res.OK || res.RPCs == 0 {
@@ -309,8 +335,8 @@ func TestProcOnNode(t *testing.T) {
 	// A session file made there remembers the socket.
 	env = append(env, "LST_SESSION_FILE="+filepath.Join(xdg, "s.json"))
 	for _, args := range [][]string{
-		{"new_session", "n", "--port", strconv.Itoa(port)},
-		{"add_group", "all", "127.0.0.1@tcp", "127.0.0.3@tcp"},
+		{"new_session", "n", "--port", strconv.Itoa(port), "--if", ip[0]},
+		{"add_group", "all", ip[0] + "@tcp", ip[1] + "@tcp"},
 		{"list_group", "all"},
 		{"end_session"},
 	} {

@@ -1,4 +1,4 @@
-package selftest
+package lst
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 func runLst(t *testing.T, file string, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := RunLst(context.Background(), append([]string{"--session", file}, args...), &out, &errb, LstOptions{})
+	code := Run(context.Background(), append([]string{"--session", file}, args...), &out, &errb, Options{})
 	return code, out.String(), errb.String()
 }
 
@@ -28,7 +28,7 @@ func TestCLIOffline(t *testing.T) {
 		{[]string{"frobnicate"}, 2, "unknown command"},
 		{[]string{"add_batch", "b"}, 1, "no session"},
 		{[]string{"new_session"}, 2, "new_session NAME"},
-		{[]string{"new_session", "s", "--timeout", "30", "--force"}, 0, "SESSION: s FEATURES: 0 TIMEOUT: 30 FORCE: Yes"},
+		{[]string{"new_session", "s", "--timeout", "30", "--force"}, 0, "SESSION: s FEATURES: 1 TIMEOUT: 30 FORCE: Yes"},
 		{[]string{"new_session", "t"}, 1, "end_session first"},
 		{[]string{"show_session"}, 0, "s ID: "},
 		{[]string{"add_batch", "b"}, 0, ""},
@@ -36,7 +36,8 @@ func TestCLIOffline(t *testing.T) {
 		{[]string{"add_batch", "has space"}, 1, "bad batch name"},
 		{[]string{"list_batch"}, 0, "1) b (0 tests)"},
 		{[]string{"add_test", "--batch", "b", "--from", "c", "brw"}, 2, "needs --batch, --from and --to"},
-		{[]string{"add_test", "--batch", "b", "--from", "c", "--to", "s", "brw", "size=3M"}, 2, "want 1..1M"},
+		{[]string{"add_test", "--batch", "b", "--from", "c", "--to", "s", "brw", "size=3M"}, 2, "want 8..1M"},
+		{[]string{"add_test", "--batch", "b", "--from", "c", "--to", "s", "brw", "size=1001"}, 2, "multiple of 8"},
 		{[]string{"add_test", "--batch", "b", "--from", "c", "--to", "s", "--distribute", "1-1", "ping"}, 2, "want a:b"},
 		{[]string{"add_test", "--batch", "b", "--from", "c", "--to", "s", "--loop", "0", "ping"}, 2, "--loop 0"},
 		{[]string{"run", "b"}, 1, "has no tests"},
@@ -50,18 +51,6 @@ func TestCLIOffline(t *testing.T) {
 		code, out, errs := runLst(t, file, tc.args...)
 		if code != tc.code || !strings.Contains(out+errs, tc.want) {
 			t.Errorf("lst %q: exit %d, output %q%q; want exit %d and %q", tc.args, code, out, errs, tc.code, tc.want)
-		}
-	}
-}
-
-func TestSizes(t *testing.T) {
-	for s, want := range map[string]int{"4K": 4096, "4k": 4096, "1M": 1 << 20, "100": 100, "64K": 65536} {
-		got, err := ParseSize(s)
-		if err != nil || got != want {
-			t.Errorf("ParseSize(%q) = %d, %v", s, got, err)
-		}
-		if s != "4k" && s != "100" && FormatSize(got) != s {
-			t.Errorf("FormatSize(%d) = %q", got, FormatSize(got))
 		}
 	}
 }

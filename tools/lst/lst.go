@@ -1,4 +1,8 @@
-package selftest
+// Package lst is `softib lst`: the command line of the lnet_selftest
+// console (lnet/selftest.Console). It keeps the session in a file between
+// invocations and starts a short-lived socklnd LNet node per invocation,
+// or sends the console RPCs through the local lnetd.
+package lst
 
 import (
 	"context"
@@ -20,6 +24,7 @@ import (
 
 	"softib/lnet"
 	"softib/lnet/lnd"
+	"softib/lnet/selftest"
 	"softib/lnet/socklnd"
 	"softib/wire/lnetwire"
 )
@@ -54,11 +59,11 @@ node's own NID (lst run on a node), or with --socket, the console RPCs go
 through the local lnetd instead.
 `
 
-// LstOptions connect the CLI to lnetd (which lives above this package).
-type LstOptions struct {
+// Options connect the CLI to lnetd (which lives above this package).
+type Options struct {
 	// Dial connects to the lnetd control socket at path and returns its
 	// call function and a close function.
-	Dial func(path string) (ControlCall, func(), error)
+	Dial func(path string) (selftest.ControlCall, func(), error)
 	// DefaultSocket is lnetd's default control socket, used when the
 	// console's own address would be a node's NID.
 	DefaultSocket string
@@ -69,12 +74,12 @@ type lst struct {
 	out, errw io.Writer
 	path      string
 	log       *slog.Logger
-	opts      LstOptions
+	opts      Options
 }
 
 // RunLst is `softib lst`. It returns the exit code: 0 success, 1 a failed
 // operation (or, for quick and stat, any RPC error), 2 a bad command line.
-func RunLst(ctx context.Context, args []string, stdout, stderr io.Writer, opts LstOptions) int {
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer, opts Options) int {
 	l := &lst{out: stdout, errw: stderr, path: defaultSessionPath(), opts: opts,
 		log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))}
 	for len(args) > 0 && strings.HasPrefix(args[0], "-") {
@@ -178,7 +183,7 @@ func (l *lst) flags(name string) *flag.FlagSet {
 	return fs
 }
 
-func (l *lst) load() (*State, error) {
+func (l *lst) load() (*selftest.State, error) {
 	b, err := os.ReadFile(l.path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("no session (%s missing): start one with `softib lst new_session NAME`", l.path)
@@ -186,14 +191,14 @@ func (l *lst) load() (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	var st State
+	var st selftest.State
 	if err := json.Unmarshal(b, &st); err != nil {
 		return nil, fmt.Errorf("session file %s: %v", l.path, err)
 	}
 	return &st, nil
 }
 
-func (l *lst) save(st *State) error {
+func (l *lst) save(st *selftest.State) error {
 	if err := os.MkdirAll(filepath.Dir(l.path), 0o700); err != nil {
 		return err
 	}
@@ -270,9 +275,9 @@ func ConsoleNID(nt lnetwire.Net, addr string, port int, toward lnetwire.NID) (ln
 
 // console loads the session and starts the console node; toward names a
 // node to route to when the session has no address yet.
-func (l *lst) console(st *State, toward lnetwire.NID, more ...lnetwire.NID) (*Console, func(), error) {
+func (l *lst) console(st *selftest.State, toward lnetwire.NID, more ...lnetwire.NID) (*selftest.Console, func(), error) {
 	if toward == 0 {
-		if all := (&Console{State: st}).AllNodes(); len(all) > 0 {
+		if all := (&selftest.Console{State: st}).AllNodes(); len(all) > 0 {
 			toward = all[0]
 		} else {
 			toward = lnetwire.MustParseNID("127.0.0.1@tcp")
@@ -286,7 +291,7 @@ func (l *lst) console(st *State, toward lnetwire.NID, more ...lnetwire.NID) (*Co
 			nt = lnetwire.MakeNet(lnetwire.SOCKLND, 0)
 		}
 		if nid, err := ConsoleNID(nt, st.If, st.Port, toward); err == nil {
-			nodes := append(append((&Console{State: st}).AllNodes(), toward), more...)
+			nodes := append(append((&selftest.Console{State: st}).AllNodes(), toward), more...)
 			if _, isNode := indexNID(nodes, nid); isNode {
 				st.Socket = l.opts.DefaultSocket
 			}
@@ -303,7 +308,7 @@ func (l *lst) console(st *State, toward lnetwire.NID, more ...lnetwire.NID) (*Co
 		if st.Console == "" {
 			st.Console = "lnetd:" + st.Socket
 		}
-		return NewConsoleVia(ProxyCaller(call), st), closeFn, nil
+		return selftest.NewConsoleVia(selftest.ProxyCaller(call), st), closeFn, nil
 	}
 	in, nid, err := ConsoleNode(st.Net, st.If, st.Port, toward, l.log)
 	if err != nil {
@@ -316,13 +321,30 @@ func (l *lst) console(st *State, toward lnetwire.NID, more ...lnetwire.NID) (*Co
 		a := nid.Addr()
 		st.If = netip.AddrFrom4([4]byte{byte(a >> 24), byte(a >> 16), byte(a >> 8), byte(a)}).String()
 	}
-	return NewConsole(in, st, l.log), func() { in.Close() }, nil
+	return selftest.NewConsole(in, st, l.log), func() { in.Close() }, nil
 }
 
+// randomStamp is a session stamp: positive as an s64 (the kernel's
+// invalid sid has stamp -1), random so that two consoles on one host
+// differ.
 func randomStamp() uint64 {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return binary.LittleEndian.Uint64(b[:]) | 1
+	return binary.LittleEndian.Uint64(b[:])>>1 | 1
+}
+
+// sessionFeatures reads LST_FEATURES (hex, as Lustre's lst) or returns
+// every feature.
+func sessionFeatures() (uint32, error) {
+	v := os.Getenv("LST_FEATURES")
+	if v == "" {
+		return selftest.FeatsMask, nil
+	}
+	f, err := strconv.ParseUint(strings.TrimPrefix(v, "0x"), 16, 32)
+	if err != nil || uint32(f)&^selftest.FeatsMask != 0 {
+		return 0, fmt.Errorf("LST_FEATURES=%s: known features are %#x", v, selftest.FeatsMask)
+	}
+	return uint32(f), nil
 }
 
 func (l *lst) newSession(args []string) int {
@@ -341,18 +363,22 @@ func (l *lst) newSession(args []string) int {
 	if len(pos) != 1 {
 		return l.usage("new_session NAME")
 	}
-	if err := checkName("session", pos[0]); err != nil {
+	if err := selftest.ValidName("session", pos[0]); err != nil {
 		return l.usage("%v", err)
 	}
 	if st, err := l.load(); err == nil {
 		return l.fail(fmt.Errorf("session %q is active (%s): end_session first", st.Name, l.path))
 	}
-	st := &State{Name: pos[0], Stamp: randomStamp(), Timeout: *timeout, Force: *force, Net: *netName, If: *ifAddr,
-		Port: *port, RPCTimeout: *rpcTimeout, Socket: *sock, Groups: []Group{}, Batches: []Batch{}}
+	feats, err := sessionFeatures()
+	if err != nil {
+		return l.usage("%v", err)
+	}
+	st := &selftest.State{Name: pos[0], Stamp: randomStamp(), Timeout: *timeout, Force: *force, Net: *netName, If: *ifAddr,
+		Port: *port, RPCTimeout: *rpcTimeout, Socket: *sock, Feats: &feats, Groups: []selftest.Group{}, Batches: []selftest.Batch{}}
 	if err := l.save(st); err != nil {
 		return l.fail(err)
 	}
-	fmt.Fprintf(l.out, "SESSION: %s FEATURES: 0 TIMEOUT: %d FORCE: %s\n", st.Name, st.Timeout, yesNo(st.Force))
+	fmt.Fprintf(l.out, "SESSION: %s FEATURES: %x TIMEOUT: %d FORCE: %s\n", st.Name, feats, st.Timeout, yesNo(st.Force))
 	return 0
 }
 
@@ -368,8 +394,8 @@ func (l *lst) showSession() int {
 	if err != nil {
 		return l.fail(err)
 	}
-	fmt.Fprintf(l.out, "%s ID: %x@%s, KEY: %s FEATURES: 0 TIMEOUT: %d FORCE: %s\n", st.Name, st.Stamp, st.Console,
-		l.path, st.Timeout, yesNo(st.Force))
+	fmt.Fprintf(l.out, "%s ID: %d@%s, KEY: %s FEATURES: %x TIMEOUT: %d FORCE: %s\n", st.Name, st.Stamp, st.Console,
+		l.path, (&selftest.Console{State: st}).Feats(), st.Timeout, yesNo(st.Force))
 	return 0
 }
 
@@ -403,7 +429,7 @@ func (l *lst) addGroup(ctx context.Context, args []string) int {
 	if len(args) < 2 {
 		return l.usage("add_group NAME NID...")
 	}
-	nids, err := ParseNIDs(args[1:])
+	nids, err := selftest.ParseNIDs(args[1:])
 	if err != nil {
 		return l.usage("%v", err)
 	}
@@ -455,16 +481,16 @@ func (l *lst) listGroup(ctx context.Context, args []string) int {
 			return l.fail(err)
 		}
 		active := 0
-		for _, r := range c.Stat(ctx, nids) {
-			state := "Active"
-			var se *StatusError
-			switch {
-			case errors.As(r.Err, &se):
-				state, code = "Busy (not in this session)", 1
-			case r.Err != nil:
+		res, states := c.Query(ctx, nids)
+		for i, r := range res {
+			state := string(states[i])
+			switch states[i] {
+			case selftest.NodeActive:
+				active++
+			case selftest.NodeDown:
 				state, code = "Down ("+r.Err.Error()+")", 1
 			default:
-				active++
+				code = 1
 			}
 			fmt.Fprintf(l.out, "\t%s\t%s\n", r.NID, state)
 		}
@@ -481,7 +507,7 @@ func (l *lst) addBatch(args []string) int {
 	if err != nil {
 		return l.fail(err)
 	}
-	c := &Console{State: st}
+	c := &selftest.Console{State: st}
 	if err := c.AddBatch(args[0]); err != nil {
 		return l.fail(err)
 	}
@@ -537,11 +563,11 @@ func (l *lst) addTest(ctx context.Context, args []string) int {
 	if *batch == "" || *from == "" || *to == "" {
 		return l.usage("add_test needs --batch, --from and --to")
 	}
-	spec, err := ParseTestArgs(testArgs)
+	spec, err := selftest.ParseTestArgs(testArgs)
 	if err != nil {
 		return l.usage("%v", err)
 	}
-	if _, err := ParseDist(*dist); err != nil {
+	if _, err := selftest.ParseDist(*dist); err != nil {
 		return l.usage("%v", err)
 	}
 	if *loop == 0 {
@@ -581,11 +607,11 @@ func (l *lst) batchCmd(ctx context.Context, cmd string, args []string) int {
 		return l.fail(err)
 	}
 	defer done()
-	opc := map[string]uint32{"run": BatchRun, "stop": BatchStop, "query": BatchQuery}[cmd]
+	opc := map[string]uint32{"run": selftest.BatchRun, "stop": selftest.BatchStop, "query": selftest.BatchQuery}[cmd]
 	res, err := c.BatchOp(ctx, args[0], opc)
 	active := 0
-	for _, r := range res {
-		active += int(r.Rep.Active)
+	for i := range res {
+		active += int(res[i].Active())
 	}
 	switch cmd {
 	case "run":
@@ -599,14 +625,14 @@ func (l *lst) batchCmd(ctx context.Context, cmd string, args []string) int {
 	case "query":
 		for _, r := range res {
 			if r.Err == nil {
-				fmt.Fprintf(l.out, "\t%s\tactive test instances: %d\n", r.NID, r.Rep.Active)
+				fmt.Fprintf(l.out, "\t%s\tactive test instances: %d\n", r.NID, r.Active())
 			}
 		}
 		state := "idle"
 		if active > 0 {
 			state = "running"
 		}
-		fmt.Fprintf(l.out, "Batch %s is %s\n", args[0], state)
+		fmt.Fprintf(l.out, "selftest.Batch %s is %s\n", args[0], state)
 	}
 	if err != nil {
 		return l.fail(err)
@@ -617,7 +643,7 @@ func (l *lst) batchCmd(ctx context.Context, cmd string, args []string) int {
 // statLoop samples the groups every delay, count times (0: until ctx
 // ends), and reports each interval. It returns the last stats per group
 // and whether any node was unreachable.
-func statLoop(ctx context.Context, c *Console, groups []string, delay time.Duration, count int, report func([]GroupStats)) ([]GroupStats, error) {
+func statLoop(ctx context.Context, c *selftest.Console, groups []string, delay time.Duration, count int, report func([]selftest.GroupStats)) ([]selftest.GroupStats, error) {
 	var all []lnetwire.NID
 	members := make([][]lnetwire.NID, len(groups))
 	for i, g := range groups {
@@ -632,18 +658,18 @@ func statLoop(ctx context.Context, c *Console, groups []string, delay time.Durat
 			}
 		}
 	}
-	prev := TakeSample(c.Stat(ctx, all))
-	var last []GroupStats
+	prev := selftest.TakeSample(c.Stat(ctx, all))
+	var last []selftest.GroupStats
 	for i := 0; count == 0 || i < count; i++ {
 		select {
 		case <-ctx.Done():
 			return last, nil
 		case <-time.After(delay):
 		}
-		cur := TakeSample(c.Stat(ctx, all))
+		cur := selftest.TakeSample(c.Stat(ctx, all))
 		last = last[:0:0]
 		for gi, g := range groups {
-			last = append(last, ComputeGroup(g, members[gi], prev, cur))
+			last = append(last, selftest.ComputeGroup(g, members[gi], prev, cur))
 		}
 		report(last)
 		prev = cur
@@ -685,7 +711,7 @@ func (l *lst) stat(ctx context.Context, args []string) int {
 	}
 	defer done()
 	bad := false
-	_, err = statLoop(ctx, c, pos, time.Duration(*delay*float64(time.Second)), *count, func(gs []GroupStats) {
+	_, err = statLoop(ctx, c, pos, time.Duration(*delay*float64(time.Second)), *count, func(gs []selftest.GroupStats) {
 		if *asJSON {
 			b, _ := json.Marshal(map[string]any{"time": time.Now().Format(time.RFC3339Nano), "groups": gs})
 			fmt.Fprintf(l.out, "%s\n", b)
@@ -694,7 +720,7 @@ func (l *lst) stat(ctx context.Context, args []string) int {
 			if !*asJSON {
 				gs[i].Format(l.out)
 			}
-			if gs[i].Down > 0 || gs[i].Errors > 0 {
+			if gs[i].Down > 0 || gs[i].Errors() > 0 {
 				bad = true
 			}
 		}
@@ -710,19 +736,19 @@ func (l *lst) stat(ctx context.Context, args []string) int {
 
 // QuickResult is the JSON document of `lst quick --json`.
 type QuickResult struct {
-	Test     TestSpec       `json:"test"`
-	Clients  []string       `json:"clients"`
-	Servers  []string       `json:"servers"`
-	Seconds  float64        `json:"seconds"`
-	Samples  [][]GroupStats `json:"samples"`
-	RPCs     uint64         `json:"rpcs"`        // test RPCs completed by the clients
-	RPCRate  float64        `json:"rpcs_per_s"`  // over the whole run
-	MiBRate  float64        `json:"mib_per_s"`   // brw payload over the whole run
-	Errors   uint64         `json:"errors"`      // RPC errors on all nodes
-	BRWErr   uint64         `json:"brw_errors"`  // data mismatches and failed brw RPCs
-	Down     []string       `json:"unreachable"` // nodes that stopped answering
-	OK       bool           `json:"ok"`
-	Problems []string       `json:"problems,omitempty"`
+	Test     selftest.TestSpec       `json:"test"`
+	Clients  []string                `json:"clients"`
+	Servers  []string                `json:"servers"`
+	Seconds  float64                 `json:"seconds"`
+	Samples  [][]selftest.GroupStats `json:"samples"`
+	RPCs     uint64                  `json:"rpcs"`        // test RPCs completed by the clients
+	RPCRate  float64                 `json:"rpcs_per_s"`  // over the whole run
+	MiBRate  float64                 `json:"mib_per_s"`   // brw payload over the whole run
+	Errors   uint64                  `json:"errors"`      // failed and expired test RPCs on all nodes
+	BRWErr   uint64                  `json:"brw_errors"`  // data mismatches and failed brw RPCs
+	Down     []string                `json:"unreachable"` // nodes that stopped answering
+	OK       bool                    `json:"ok"`
+	Problems []string                `json:"problems,omitempty"`
 }
 
 func (l *lst) quick(ctx context.Context, args []string) int {
@@ -757,11 +783,11 @@ func (l *lst) quick(ctx context.Context, args []string) int {
 	if *from == "" || *to == "" {
 		return l.usage("quick needs --from and --to")
 	}
-	spec, err := ParseTestArgs(testArgs)
+	spec, err := selftest.ParseTestArgs(testArgs)
 	if err != nil {
 		return l.usage("%v", err)
 	}
-	if _, err := ParseDist(*dist); err != nil {
+	if _, err := selftest.ParseDist(*dist); err != nil {
 		return l.usage("%v", err)
 	}
 	if *seconds <= 0 || *delay <= 0 {
@@ -770,18 +796,18 @@ func (l *lst) quick(ctx context.Context, args []string) int {
 	split := func(s string) []string {
 		return strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' })
 	}
-	clients, err := ParseNIDs(split(*from))
+	clients, err := selftest.ParseNIDs(split(*from))
 	if err != nil {
 		return l.usage("--from: %v", err)
 	}
-	servers, err := ParseNIDs(split(*to))
+	servers, err := selftest.ParseNIDs(split(*to))
 	if err != nil {
 		return l.usage("--to: %v", err)
 	}
 	if len(clients) == 0 || len(servers) == 0 {
 		return l.usage("--from and --to need NIDs")
 	}
-	st := &State{Name: "quick", Stamp: randomStamp(), Timeout: int(*seconds) + 60, Force: *force, Net: *netName,
+	st := &selftest.State{Name: "quick", Stamp: randomStamp(), Timeout: int(*seconds) + 60, Force: *force, Net: *netName,
 		If: *ifAddr, Port: *port, RPCTimeout: *rpcTimeout, Socket: *sock}
 	c, done, err := l.console(st, servers[0], clients...)
 	if err != nil {
@@ -804,7 +830,7 @@ func (l *lst) quick(ctx context.Context, args []string) int {
 		if err := c.AddTest(ctx, "quick", spec); err != nil {
 			return err
 		}
-		_, err := c.BatchOp(ctx, "quick", BatchRun)
+		_, err := c.BatchOp(ctx, "quick", selftest.BatchRun)
 		return err
 	}
 	defer func() {
@@ -832,9 +858,9 @@ func (l *lst) quick(ctx context.Context, args []string) int {
 		fmt.Fprintf(l.out, "lst quick: %s: %d clients -> %d servers for %gs (console %s)\n", res.Test, len(clients), len(servers), *seconds, st.Console)
 	}
 	all := c.AllNodes()
-	start := TakeSample(c.Stat(ctx, all))
+	start := selftest.TakeSample(c.Stat(ctx, all))
 	n := max(1, int(*seconds / *delay + 0.5))
-	_, err = statLoop(ctx, c, []string{"clients", "servers"}, time.Duration(*delay*float64(time.Second)), n, func(gs []GroupStats) {
+	_, err = statLoop(ctx, c, []string{"clients", "servers"}, time.Duration(*delay*float64(time.Second)), n, func(gs []selftest.GroupStats) {
 		res.Samples = append(res.Samples, gs)
 		if !*asJSON {
 			for i := range gs {
@@ -845,29 +871,30 @@ func (l *lst) quick(ctx context.Context, args []string) int {
 	if err != nil {
 		return l.fail(err)
 	}
-	// Interrupted (SIGINT) or not, stop the batch and read the totals.
-	pctx := context.WithoutCancel(ctx)
-	if _, err := c.BatchOp(pctx, "quick", BatchStop); err != nil {
+	// Interrupted (SIGINT) or not, stop the batch, wait for the RPCs in
+	// flight and read the totals.
+	pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*c.Timeout)
+	defer pcancel()
+	if _, err := c.BatchOp(pctx, "quick", selftest.BatchStop); err != nil {
 		problem("stop: %v", err)
-	}
-	end := TakeSample(c.Stat(pctx, all))
-	res.Seconds = end.Time.Sub(start.Time).Seconds()
-	for _, nid := range all {
-		r := end.Nodes[nid]
-		if r.Err != nil {
-			res.Down = append(res.Down, nid.String())
-			problem("%v: %v", nid, r.Err)
-			continue
+	} else if err := waitIdle(pctx, c, "quick", c.Timeout); err != nil {
+		// RPCs to a dead node wait for their timeout: abort them.
+		problem("stop: %v", err)
+		if _, err := c.StopForce(pctx, "quick"); err == nil {
+			_ = waitIdle(pctx, c, "quick", c.Timeout)
 		}
-		k := r.Rep.Counters
-		res.Errors += k.Errors
-		res.BRWErr += k.BRWErrors
-		res.RPCs += k.TestRPCs
-		res.MiBRate += float64(k.TestBytes)
 	}
+	end := selftest.TakeSample(c.Stat(pctx, all))
+	tot := selftest.RunTotals(start, end, clients, servers)
+	res.Seconds = tot.Seconds
+	for _, nid := range tot.Down {
+		res.Down = append(res.Down, nid.String())
+		problem("%v: %v", nid, end.Nodes[nid].Err)
+	}
+	res.RPCs, res.Errors, res.BRWErr = tot.RPCs, tot.Errors(), tot.BRWErrors
 	if res.Seconds > 0 {
 		res.RPCRate = float64(res.RPCs) / res.Seconds
-		res.MiBRate = res.MiBRate / mib / res.Seconds
+		res.MiBRate = float64(tot.Bytes) / (1 << 20) / res.Seconds
 	}
 	if res.Errors > 0 {
 		problem("%d RPC errors (%d brw) on the nodes", res.Errors, res.BRWErr)
@@ -890,4 +917,11 @@ func (l *lst) quick(ctx context.Context, args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// waitIdle waits at most d for a batch to stop.
+func waitIdle(ctx context.Context, c *selftest.Console, batch string, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return c.WaitIdle(ctx, batch)
 }

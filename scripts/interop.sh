@@ -98,7 +98,7 @@ suite_pid=
 if [ -z "${INTEROP_CASES:-}" ]; then
 	echo "== interop: Go kernel-interop tests"
 	set +e
-	go test -count=1 -timeout 40m -run 'Interop' ./rdmacm/ ./tools/rping/ ./tools/perftestcm/ ./lnet/o2iblnd/ ./rxe/ ./interop/lustre/ 2>&1 |
+	go test -count=1 -timeout 20m -run 'Interop' ./rdmacm/ ./tools/rping/ ./tools/perftestcm/ ./lnet/o2iblnd/ ./rxe/ ./interop/lustre/ 2>&1 |
 		tee "$art/go-interop.log" | grep -E '^(ok|FAIL|---|panic)'
 	grc=${PIPESTATUS[0]}
 	# No retry: a package that fails is a failure. (Retries tied to a

@@ -276,6 +276,23 @@ func (d *Lnetd) Ctl(args ...string) (string, error) {
 	return out.String(), nil
 }
 
+// Run runs `softib args...` inside the guest's network namespace (a
+// command that opens its own LNet node or device binds there; pass
+// "--socket", d.Socket() to go through this lnetd, e.g. for `softib lst`)
+// and returns its standard output; a non-zero exit is an error carrying
+// both outputs.
+func (d *Lnetd) Run(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(d.g.ctx, ctlTimeout)
+	defer cancel()
+	cmd := d.g.VM.Command(ctx, d.bin, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("softib %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), errb.String())
+	}
+	return out.String(), nil
+}
+
 // Ping pings nid from softib (`softib lnetctl ping --timeout`) and returns
 // the YAML reply; it fails unless the reply names nid.
 func (d *Lnetd) Ping(nid string) (string, error) {

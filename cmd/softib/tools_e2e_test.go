@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -73,7 +74,12 @@ func TestCLIEndToEnd(t *testing.T) {
 }
 
 func TestCLIDemoShort(t *testing.T) {
-	args := []string{"--short", "--json", "--addr-a", loopaddr.Next().String(), "--addr-b", loopaddr.Next().String()}
+	// Every address of this test binary's own (the LNet nodes' rxe
+	// devices bind UDP 4791 on them, the sweep's too): another softib
+	// on 127.0.0.2-4 does not collide. --port 0 takes a free port.
+	nodes := []string{loopaddr.Next().String(), loopaddr.Next().String(), loopaddr.Next().String()}
+	args := []string{"--short", "--json", "--addrs", strings.Join(nodes, ","),
+		"--addr-a", loopaddr.Next().String(), "--addr-b", loopaddr.Next().String()}
 	if code := runDemo(args); code != 0 {
 		t.Fatalf("demo exit %d", code)
 	}

@@ -12,7 +12,7 @@ import (
 
 	"softib/internal/netns"
 	"softib/internal/testenv"
-	"softib/lnet/selftest"
+	"softib/tools/lst"
 )
 
 // Issue #6's multi-process o2ib list: lnetd processes in network
@@ -303,7 +303,7 @@ func TestE2EO2IBCreditExhaustion(t *testing.T) {
 		args := append([]string{"lst", "quick", "--socket", a.sock, "--from", ib(a) + "," + ib(c), "--to", ib(b),
 			"--concurrency", "64", "--seconds", "2", "--delay", "1", "--json"}, test...)
 		code, out, errs := run(t, args...)
-		var res selftest.QuickResult
+		var res lst.QuickResult
 		if err := json.Unmarshal([]byte(out), &res); err != nil {
 			t.Fatalf("%v: exit %d, bad JSON %v:\n%s\n%s", test, code, err, out, errs)
 		}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"softib/lnet/selftest"
+	"softib/tools/lst"
 )
 
 // TestE2EO2IBThreeNodes runs three lnetd processes, each with a tcp and an
@@ -63,7 +63,7 @@ func TestE2EO2IBThreeNodes(t *testing.T) {
 		args := append([]string{"lst", "quick", "--socket", a.sock, "--from", ib(a), "--to", to,
 			"--seconds", "2", "--delay", "1", "--json"}, test...)
 		code, out, errs := run(t, args...)
-		var res selftest.QuickResult
+		var res lst.QuickResult
 		if err := json.Unmarshal([]byte(out), &res); err != nil {
 			t.Fatalf("%v: exit %d, bad JSON %v:\n%s\n%s", test, code, err, out, errs)
 		}

@@ -3,9 +3,9 @@ package lnetd
 import (
 	"context"
 	"testing"
-	"time"
 
 	"softib/lnet/selftest"
+	"softib/tools/lst"
 	"softib/wire/lnetwire"
 )
 
@@ -18,7 +18,7 @@ func TestSelftestService(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
 	nid := lnetwire.MustParseNID(n.nid)
-	in, cnid, err := selftest.ConsoleNode("tcp", testIP(), port, nid, nil)
+	in, cnid, err := lst.ConsoleNode("tcp", testIP(), port, nid, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,8 +28,11 @@ func TestSelftestService(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := c.Stat(ctx, []lnetwire.NID{nid})
-	if res[0].Err != nil || res[0].Rep.Counters.RPCsRcvd == 0 {
+	if res[0].Err != nil || res[0].Counters().RPC.RPCsRcvd == 0 || res[0].Counters().LNet.RecvCount == 0 {
 		t.Fatalf("stat: %+v", res[0])
+	}
+	if _, st := c.Query(ctx, []lnetwire.NID{nid}); st[0] != selftest.NodeActive {
+		t.Fatalf("node state %v, want Active", st[0])
 	}
 	for _, r := range c.End(ctx) {
 		if r.Err != nil {
@@ -70,26 +73,21 @@ func TestSelftestProxy(t *testing.T) {
 	if _, err := c.BatchOp(ctx, "b", selftest.BatchRun); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		res, err := c.BatchOp(ctx, "b", selftest.BatchQuery)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res[0].Rep.Active == 0 && res[1].Rep.Active == 0 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal("batch never finished")
-		}
-		time.Sleep(5 * time.Millisecond)
+	if err := c.WaitIdle(ctx, "b"); err != nil {
+		t.Fatal(err)
 	}
+	// Concurrency 2, one destination: two units of 50 RPCs. The console
+	// RPCs A sent for the proxy are not in A's counters.
 	st := c.Stat(ctx, nids)
-	if st[0].Err != nil || st[0].Rep.Counters.TestRPCs != 50 || st[0].Rep.Counters.Errors != 0 {
-		t.Fatalf("client stat: %+v", st[0])
+	if k := st[0].Counters(); st[0].Err != nil || k.RPC.RPCsSent != 100 || k.FW.BRWErrors != 0 || k.RPC.Errors != 0 {
+		t.Fatalf("client stat: %+v %+v", st[0], k)
 	}
-	// Bulk-carrying requests are refused through the proxy.
-	bad := (&selftest.Msg{Type: selftest.MsgBRWReq}).Append(nil)
-	if _, err := selftest.ProxyCaller(cl.Call)(ctx, nids[1], bad, 0); err == nil {
+	if k := st[1].Counters(); k.RPC.BulkGet != 100*4096 {
+		t.Fatalf("server stat: %+v", k)
+	}
+	// Test requests are refused through the proxy.
+	bad := selftest.NewMsg(selftest.MsgBRWReq, selftest.FeatsMask)
+	if _, err := selftest.ProxyCaller(cl.Call)(ctx, nids[1], bad, nil, 0); err == nil {
 		t.Fatal("a BRW request was proxied")
 	}
 	for _, r := range c.End(ctx) {

@@ -41,14 +41,21 @@ Session (kept in FILE between invocations):
   add_batch NAME
   list_batch [NAME]
   add_test --batch B --from G --to G [--concurrency N] [--distribute a:b] [--loop N]
-           brw read|write [size=4K..1M] [check=none|simple|full]  |  ping
-  run B | stop B | query B
+           brw read|write [size=8..1M] [off=N] [check=none|simple|full]  |  ping
+  run B | stop B [--force] | query B
   stat [--delay 1] [--count 0] [--json] GROUP...
 
 One-shot (no session file; exits 1 on any RPC error or data mismatch):
   quick --from NIDS --to NIDS [--seconds 5] [--delay 1] [--concurrency N]
         [--distribute a:b] [--json] [--force] [--if ADDR] [--port 988] [--socket PATH]
         brw read|write size=1M check=full  |  ping
+
+Requests are Lustre's lnet_selftest messages: the nodes may be softib
+lnetd instances or Lustre kernel nodes (lnet_selftest loaded), mixed.
+--loop counts RPCs per test unit: a client runs --concurrency units per
+server it talks to. Nodes end a session on their own timeout (100 s on a
+kernel node) when no lst command reached them; --timeout is the console's.
+LST_FEATURES (hex) picks the session features (default 1, BULK_LEN).
 
 The session file defaults to $XDG_RUNTIME_DIR/softib/lst-$LST_SESSION.json
 (else /tmp/softib-$UID/...; LST_SESSION defaults to "default"). Nodes are
@@ -294,6 +301,9 @@ func (l *lst) console(st *selftest.State, toward lnetwire.NID, more ...lnetwire.
 			nodes := append(append((&selftest.Console{State: st}).AllNodes(), toward), more...)
 			if _, isNode := indexNID(nodes, nid); isNode {
 				st.Socket = l.opts.DefaultSocket
+				if st.Console == "" {
+					st.Console = nid.String() // the session's NID: the node's
+				}
 			}
 		}
 	}
@@ -595,6 +605,15 @@ func (l *lst) addTest(ctx context.Context, args []string) int {
 }
 
 func (l *lst) batchCmd(ctx context.Context, cmd string, args []string) int {
+	force := false
+	if cmd == "stop" && len(args) == 2 && (args[0] == "--force" || args[1] == "--force") {
+		force = true
+		if args[0] == "--force" {
+			args = args[1:]
+		} else {
+			args = args[:1]
+		}
+	}
 	if len(args) != 1 {
 		return l.usage("%s BATCH", cmd)
 	}
@@ -608,7 +627,12 @@ func (l *lst) batchCmd(ctx context.Context, cmd string, args []string) int {
 	}
 	defer done()
 	opc := map[string]uint32{"run": selftest.BatchRun, "stop": selftest.BatchStop, "query": selftest.BatchQuery}[cmd]
-	res, err := c.BatchOp(ctx, args[0], opc)
+	var res []selftest.NodeResult
+	if force {
+		res, err = c.StopForce(ctx, args[0])
+	} else {
+		res, err = c.BatchOp(ctx, args[0], opc)
+	}
 	active := 0
 	for i := range res {
 		active += int(res[i].Active())

@@ -10,20 +10,29 @@ import (
 
 // Defaults of the ksocklnd module parameters (lnet-wire.md §7.9).
 const (
-	DefaultAcceptPort     = 988
-	DefaultSockTimeout    = 50 * time.Second
-	DefaultKeepalive      = 30 * time.Second
-	DefaultKeepaliveIdle  = 30 * time.Second
-	DefaultKeepaliveCount = 5
-	DefaultKeepaliveIntvl = 5 * time.Second
-	DefaultNconnds        = 4
-	MaxNconnds            = 64
-	DefaultMinBulk        = 1024
-	DefaultZCMinPayload   = 16 << 10
-	DefaultMinReconnect   = 1000 * time.Millisecond
-	DefaultMaxReconnect   = 60000 * time.Millisecond
-	DefaultCredits        = 256
-	DefaultPeerCredits    = 8
+	DefaultAcceptPort  = 988
+	DefaultSockTimeout = 50 * time.Second
+	// DefaultAcceptTimeout is LNet's accept_timeout: how long an accepted
+	// socket may take to deliver its acceptor request.
+	DefaultAcceptTimeout = 5 * time.Second
+	// DefaultMaxPendingAccepts bounds accepted sockets still in their
+	// handshake; more are closed at once (counted in AcceptOverload).
+	DefaultMaxPendingAccepts = 1024
+	// DefaultMaxPendingPerAddr bounds the handshakes in progress from one
+	// remote IP address, so one host cannot take the whole pending pool.
+	DefaultMaxPendingPerAddr = 16
+	DefaultKeepalive         = 30 * time.Second
+	DefaultKeepaliveIdle     = 30 * time.Second
+	DefaultKeepaliveCount    = 5
+	DefaultKeepaliveIntvl    = 5 * time.Second
+	DefaultNconnds           = 4
+	MaxNconnds               = 64
+	DefaultMinBulk           = 1024
+	DefaultZCMinPayload      = 16 << 10
+	DefaultMinReconnect      = 1000 * time.Millisecond
+	DefaultMaxReconnect      = 60000 * time.Millisecond
+	DefaultCredits           = 256
+	DefaultPeerCredits       = 8
 )
 
 // Privileged source ports an active side binds, highest first
@@ -123,7 +132,19 @@ type Config struct {
 	KeepaliveIdle  time.Duration
 	KeepaliveCount int
 	KeepaliveIntvl time.Duration
-	// Nconnds bounds concurrent connection handshakes (nconnds, 4, ≤ 64).
+	// AcceptTimeout bounds the wait for an accepted socket's acceptor
+	// request (LNet's accept_timeout, 5 s); the HELLO that follows has
+	// SockTimeout.
+	AcceptTimeout time.Duration
+	// MaxPendingAccepts bounds the accepted sockets still in their
+	// handshake (1024); MaxPendingPerAddr bounds those from one remote
+	// IP address (16). Sockets over either limit are closed at once and
+	// counted (Stats.AcceptOverload), so a flood of connections or a slow
+	// peer that never finishes its handshake cannot starve the others.
+	MaxPendingAccepts int
+	MaxPendingPerAddr int
+	// Nconnds bounds concurrent outgoing connection attempts (nconnds, 4,
+	// ≤ 64). Incoming handshakes are bounded by MaxPendingAccepts.
 	Nconnds int
 	// Nagle enables Nagle's algorithm (nagle, off).
 	Nagle bool
@@ -181,6 +202,16 @@ func (c Config) withDefaults() Config {
 	if c.KeepaliveIntvl <= 0 {
 		c.KeepaliveIntvl = DefaultKeepaliveIntvl
 	}
+	if c.AcceptTimeout <= 0 {
+		c.AcceptTimeout = DefaultAcceptTimeout
+	}
+	if c.MaxPendingAccepts <= 0 {
+		c.MaxPendingAccepts = DefaultMaxPendingAccepts
+	}
+	if c.MaxPendingPerAddr <= 0 {
+		c.MaxPendingPerAddr = DefaultMaxPendingPerAddr
+	}
+	c.MaxPendingPerAddr = min(c.MaxPendingPerAddr, c.MaxPendingAccepts)
 	if c.Nconnds <= 0 {
 		c.Nconnds = DefaultNconnds
 	}

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
+	"sync"
 	"syscall"
 	"time"
 
@@ -49,21 +51,56 @@ func (d *Driver) acceptLoop() {
 			}
 			continue
 		}
+		if !d.reserveAccept(nc) {
+			d.stats.AcceptOverload.Add(1)
+			nc.Close()
+			continue
+		}
 		d.wg.Add(1)
 		go d.passive(nc)
 	}
 }
 
-// passive runs the passive handshake of one accepted socket.
+// remoteAddr is the IP address of an accepted socket's peer.
+func remoteAddr(nc net.Conn) netip.Addr {
+	if ra, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
+		a, _ := netip.AddrFromSlice(ra.IP)
+		return a.Unmap()
+	}
+	return netip.Addr{}
+}
+
+// reserveAccept reserves a pending-handshake slot for an accepted socket, within
+// MaxPendingAccepts in all and MaxPendingPerAddr per remote address.
+func (d *Driver) reserveAccept(nc net.Conn) bool {
+	a := remoteAddr(nc)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.pending >= d.cfg.MaxPendingAccepts || d.pendingBy[a] >= d.cfg.MaxPendingPerAddr {
+		return false
+	}
+	d.pending++
+	d.pendingBy[a]++
+	return true
+}
+
+// releaseAccept returns the slot reserveAccept reserved.
+func (d *Driver) releaseAccept(nc net.Conn) {
+	a := remoteAddr(nc)
+	d.mu.Lock()
+	d.pending--
+	if d.pendingBy[a]--; d.pendingBy[a] <= 0 {
+		delete(d.pendingBy, a)
+	}
+	d.mu.Unlock()
+}
+
+// passive runs the passive handshake of one accepted socket. It holds the
+// slot reserveAccept gave it, not an nconnds slot: a peer that stalls its
+// handshake delays nobody else.
 func (d *Driver) passive(nc net.Conn) {
 	defer d.wg.Done()
-	select {
-	case d.connSem <- struct{}{}:
-	case <-d.done:
-		nc.Close()
-		return
-	}
-	defer func() { <-d.connSem }()
+	defer d.releaseAccept(nc)
 	if !d.trackHandshake(nc) {
 		return
 	}
@@ -76,9 +113,39 @@ func (d *Driver) passive(nc net.Conn) {
 			d.log.Debug("incoming connection: race or duplicate", "from", nc.RemoteAddr(), "err", err)
 			return
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			d.stats.AcceptTimeouts.Add(1)
+		}
 		d.stats.AcceptRefused.Add(1)
-		d.log.Info("incoming connection refused", "from", nc.RemoteAddr(), "err", err)
+		if n, ok := d.refusedLog.allow(time.Now()); ok {
+			d.log.Info("incoming connection refused", "from", nc.RemoteAddr(), "err", err, "suppressed", n)
+		}
 	}
+}
+
+// rateLimit lets one log line through per interval and counts the ones it
+// held back, so a connection flood cannot flood the log too.
+type rateLimit struct {
+	mu         sync.Mutex
+	next       time.Time
+	suppressed int
+}
+
+const refusedLogInterval = time.Second
+
+// allow reports whether a line may be logged now, and how many were
+// suppressed since the last one.
+func (r *rateLimit) allow(now time.Time) (int, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now.Before(r.next) {
+		r.suppressed++
+		return 0, false
+	}
+	n := r.suppressed
+	r.suppressed = 0
+	r.next = now.Add(refusedLogInterval)
+	return n, true
 }
 
 func refused(format string, args ...any) error {
@@ -89,13 +156,13 @@ func (d *Driver) passiveHandshake(nc net.Conn) error {
 	if ra, ok := nc.RemoteAddr().(*net.TCPAddr); ok && d.cfg.Accept == AcceptSecure && ra.Port > maxReservedPort {
 		return refused("source port %d is not privileged (accept=secure)", ra.Port)
 	}
-	nc.SetDeadline(time.Now().Add(d.cfg.SockTimeout))
+	nc.SetDeadline(time.Now().Add(d.cfg.AcceptTimeout))
 	c := newConn(d, nc)
 
 	// Acceptor request.
 	var rb [lnetwire.AcceptorRequestV2Size]byte
 	if _, err := io.ReadFull(c.br, rb[:lnetwire.AcceptorMagicSize]); err != nil {
-		return refused("reading acceptor request: %v", err)
+		return fmt.Errorf("%w: reading acceptor request: %w", ErrRefused, err)
 	}
 	magic, swapped, _ := lnetwire.ClassifyMagic(rb[:4])
 	switch magic {
@@ -122,7 +189,7 @@ func (d *Driver) passiveHandshake(nc net.Conn) error {
 		return refused("acceptor version %d", v)
 	}
 	if _, err := io.ReadFull(c.br, rb[lnetwire.AcceptorMagicSize:n]); err != nil {
-		return refused("reading acceptor request: %v", err)
+		return fmt.Errorf("%w: reading acceptor request: %w", ErrRefused, err)
 	}
 	req, err := lnetwire.ParseAcceptorRequest(rb[:n])
 	if err != nil {
@@ -131,6 +198,7 @@ func (d *Driver) passiveHandshake(nc net.Conn) error {
 	if req.Target != d.nid {
 		return refused("target %s is not this NI", req.Target)
 	}
+	nc.SetDeadline(time.Now().Add(d.cfg.SockTimeout))
 
 	// HELLO.
 	h, err := c.readHello()

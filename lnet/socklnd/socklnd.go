@@ -76,6 +76,8 @@ type Stats struct {
 	ConnectFailures  atomic.Uint64 // active attempts that failed
 	Races            atomic.Uint64 // attempts ending in EALREADY (either side)
 	AcceptRefused    atomic.Uint64 // passive attempts refused (port, target, version, HELLO)
+	AcceptOverload   atomic.Uint64 // accepted sockets closed at once: too many handshakes pending (in all or from one address)
+	AcceptTimeouts   atomic.Uint64 // passive handshakes whose peer went silent
 	PeerReboots      atomic.Uint64 // incarnation changes seen
 	Malformed        atomic.Uint64 // bad framing or header from a peer
 	Oversized        atomic.Uint64 // payload_length above LNET_MTU
@@ -159,6 +161,7 @@ func (l *LND) Startup(ni *lnd.NI) (lnd.Driver, error) {
 		txPool:      make(chan *tx, 1024),
 		peers:       make(map[lnetwire.NID]*peer),
 		handshakes:  make(map[net.Conn]struct{}),
+		pendingBy:   make(map[netip.Addr]int),
 		done:        make(chan struct{}),
 		kickReaper:  make(chan struct{}, 1),
 	}
@@ -245,15 +248,18 @@ type Driver struct {
 	incarnation uint64
 	log         *slog.Logger
 	ln          net.Listener
-	connSem     chan struct{} // bounds concurrent handshakes (nconnds)
+	connSem     chan struct{} // bounds concurrent outgoing connects (nconnds)
 	txPool      chan *tx      // free tx descriptors
 	stats       Stats
 	kickReaper  chan struct{}
+	refusedLog  rateLimit // refusal log lines
 
 	mu         sync.Mutex
 	peers      map[lnetwire.NID]*peer
 	closed     bool
 	handshakes map[net.Conn]struct{} // sockets in setup, closed by Shutdown
+	pending    int                   // accepted sockets in their handshake
+	pendingBy  map[netip.Addr]int    // the same per remote address
 
 	wg     sync.WaitGroup // acceptor, reaper, handshakes, readers, writers
 	done   chan struct{}  // closed by Shutdown

@@ -21,6 +21,7 @@ type cluster struct {
 	nodes   []*Service
 	nids    []lnetwire.NID
 	console *Console
+	conIn   *lnet.Instance // the console's instance
 }
 
 func quietLog(t testing.TB) *slog.Logger {
@@ -63,7 +64,8 @@ func newClusterCfg(t testing.TB, n int, cfg Config) *cluster {
 	}
 	cnid := lnetwire.MustParseNID("10.0.0.1@tcp")
 	st := &State{Name: "t", Stamp: 42, Console: cnid.String(), Timeout: 60, RPCTimeout: 10}
-	c.console = NewConsole(newInst(t, c.net, cnid), st, quietLog(t))
+	c.conIn = newInst(t, c.net, cnid)
+	c.console = NewConsole(c.conIn, st, quietLog(t))
 	return c
 }
 

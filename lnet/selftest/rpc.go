@@ -186,7 +186,11 @@ func (e *endpoint) call(ctx context.Context, to lnetwire.ProcessID, req Msg, bul
 		}
 		c.mds[c.n], c.n = h, c.n+1
 	}
-	me, err := e.in.MEAttach(RDMAPortal, to, req.RpyID(), 0, lnet.AutoUnlink, lnet.InsAfter)
+	t, rpyID := req.Type(), req.RpyID()
+	if req.Magic() != Magic { // sent as a peer of the other byte order would (tests)
+		t, rpyID = MsgType(swap32(uint32(t))), swap64(rpyID)
+	}
+	me, err := e.in.MEAttach(RDMAPortal, to, rpyID, 0, lnet.AutoUnlink, lnet.InsAfter)
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +208,6 @@ func (e *endpoint) call(ctx context.Context, to lnetwire.ProcessID, req Msg, bul
 		return nil, err
 	}
 	c.mds[c.n], c.n = qh, c.n+1
-	t := req.Type()
 	svc := t.Service()
 	if err := e.in.Put(lnetwire.NIDAny, qh, lnet.AckReqNo, to, svc.Portal(), uint64(svc), 0, 0); err != nil {
 		return nil, err

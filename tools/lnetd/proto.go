@@ -188,7 +188,13 @@ func (s *Server) Serve(ln net.Listener) error {
 			}
 			return err
 		}
-		if !peerAllowed(c) {
+		if uid, ok := peerAllowed(c); !ok {
+			// Say why before hanging up: the client prints it.
+			resp := Response{Err: opErr("manage", "connect", int(syscall.EACCES),
+				"control socket refused for uid %d: lnetd runs as uid %d", uid, os.Getuid())}
+			resp.Err.Hint = "run the command as the user that started lnetd, or as root"
+			c.SetWriteDeadline(time.Now().Add(time.Second))
+			json.NewEncoder(c).Encode(&resp)
 			c.Close()
 			continue
 		}
@@ -212,23 +218,25 @@ func (s *Server) Close() {
 	s.wg.Wait()
 }
 
-func peerAllowed(c net.Conn) bool {
+// peerAllowed reports whether the peer of a control connection may use
+// it (root or lnetd's own user), and the peer's uid (-1 if unknown).
+func peerAllowed(c net.Conn) (int, bool) {
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
-		return true // in-memory pipes in tests
+		return os.Getuid(), true // in-memory pipes in tests
 	}
 	raw, err := uc.SyscallConn()
 	if err != nil {
-		return false
+		return -1, false
 	}
 	var cred *unix.Ucred
 	var cerr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil || cerr != nil {
-		return false
+		return -1, false
 	}
-	return cred.Uid == 0 || int(cred.Uid) == os.Getuid()
+	return int(cred.Uid), cred.Uid == 0 || int(cred.Uid) == os.Getuid()
 }
 
 func (s *Server) serveConn(c net.Conn) {
@@ -306,6 +314,9 @@ type Client struct {
 // socket gives an error matching ErrNoDaemon that says what to do.
 func Dial(path string) (*Client, error) {
 	c, err := net.DialTimeout("unix", path, 5*time.Second)
+	if errors.Is(err, syscall.EACCES) {
+		return nil, fmt.Errorf("cannot reach lnetd at %s: permission denied: the control socket belongs to another user (run as that user or as root): %w", path, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach lnetd at %s: is `softib lnetd` running? (start it with `softib lnetd --config lnet.yaml`, or pass --socket): %w: %w",
 			path, ErrNoDaemon, err)
@@ -342,6 +353,14 @@ func (cl *Client) Call(ctx context.Context, op string, args, result any) error {
 	stop := context.AfterFunc(ctx, func() { cl.c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	if _, err := cl.c.Write(append(b, '\n')); err != nil {
+		// lnetd may have said why it hung up (a refused user) before
+		// closing: prefer its word to EPIPE.
+		if line, rerr := readLine(cl.r, 1<<20); rerr == nil {
+			var resp Response
+			if json.Unmarshal(line, &resp) == nil && resp.Err != nil {
+				return resp.Err
+			}
+		}
 		return cl.ioErr(ctx, err)
 	}
 	line, err := readLine(cl.r, 1<<30)

@@ -19,7 +19,7 @@ type TestCase struct {
 	Op          string // brw: "write" or "read"
 	Size        int    // brw payload bytes
 	Check       string // brw: none, simple, full
-	Concurrency int    // RPCs in flight per client
+	Concurrency int    // RPCs in flight per client and server (lst --concurrency: units per destination)
 }
 
 // Name is "brw write", "brw read" or "ping".

@@ -510,6 +510,15 @@ func (d *Device) recv(p *packet) *QP {
 		d.stats.BadQPType.Inc()
 		return nil
 	}
+	// As rxe's check_addr: a connected QP takes packets from its peer's
+	// address only. Checked before the ICRC and the inbound ring, so a
+	// flood from elsewhere costs neither CRC work nor ring slots.
+	if q.typ == verbs.QPTypeRC || q.typ == verbs.QPTypeUC {
+		if ip := q.peerIP.Load(); ip != nil && p.addr.Addr().Unmap() != *ip {
+			d.stats.BadSrcAddr.Inc()
+			return nil
+		}
+	}
 	if !d.checkICRC(p) {
 		return nil
 	}

@@ -31,6 +31,10 @@ type QP struct {
 	init    verbs.QPInitAttr
 	context any
 	stateA  atomic.Uint32 // mirror of state for State()
+	// peerIP mirrors dst's address for the receive path, which drops an
+	// RC/UC packet from another address before it takes a slot in the
+	// QP's inbound ring (nil until an address vector is set).
+	peerIP atomic.Pointer[netip.Addr]
 
 	mu       sync.Mutex
 	state    verbs.QPState
@@ -252,6 +256,8 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	if mask&verbs.QPAttrAV != 0 {
 		a.AH = attr.AH
 		q.dst = dst
+		ip := dst.Addr()
+		q.peerIP.Store(&ip)
 	}
 	if mask&verbs.QPAttrPathMTU != 0 {
 		a.PathMTU = attr.PathMTU

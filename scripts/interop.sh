@@ -46,6 +46,8 @@ ti=$(date +%s)
 if ! image=$(bash interop/image.sh); then
 	echo "== interop: guest image build failed; build log in $art"
 	cp "${INTEROP_CACHE:-/var/tmp/softib-interop}"/base-*/build.log "$art/" 2>/dev/null || true
+	cp "${INTEROP_CACHE:-/var/tmp/softib-interop}"/lustre-*/build.log "$art/lustre-build.log" 2>/dev/null || true
+	cp "${INTEROP_CACHE:-/var/tmp/softib-interop}"/lustre-*/work/*.log "$art/" 2>/dev/null || true
 	echo "0 passed, 1 failed"
 	exit 1
 fi

@@ -5,25 +5,18 @@ import (
 	"context"
 	"errors"
 	"net/netip"
-	"os"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"softib/cm"
+	"softib/internal/testaddr"
 	"softib/rxe"
 	"softib/verbs"
 	"softib/wire/mad"
 )
 
-var addrSeq atomic.Uint32
-
-// loopAddr returns a loopback address unique to this test process.
-func loopAddr() netip.Addr {
-	n := addrSeq.Add(1)
-	pid := os.Getpid()
-	return netip.AddrFrom4([4]byte{127, byte(200 + pid%50), byte(pid >> 6), byte(n)})
-}
+// loopAddr returns a loopback address unique to this test binary.
+func loopAddr() netip.Addr { return testaddr.Next() }
 
 func openRXE(t *testing.T) verbs.Device {
 	t.Helper()

@@ -5,24 +5,18 @@ import (
 	"context"
 	"errors"
 	"net/netip"
-	"os"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"softib/internal/testaddr"
 	"softib/rdmacm"
 	"softib/rxe"
 	"softib/verbs"
 	"softib/wire/mad"
 )
 
-var addrSeq atomic.Uint32
-
-func loopAddr() netip.Addr {
-	n := addrSeq.Add(1)
-	pid := os.Getpid()
-	return netip.AddrFrom4([4]byte{127, byte(150 + pid%50), byte(pid >> 6), byte(n)})
-}
+// loopAddr returns a loopback address unique to this test binary.
+func loopAddr() netip.Addr { return testaddr.Next() }
 
 // env is a manager with two rxe devices on loopback addresses.
 type env struct {

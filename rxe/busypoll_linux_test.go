@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"softib/internal/testaddr"
 	"softib/udp"
 	"softib/udp/udptest"
 )
@@ -11,7 +12,7 @@ import (
 // TestNewPollSock: every udp.Socket gets the non-blocking reader, with
 // or without GRO; other Conns keep the plain receive loop.
 func TestNewPollSock(t *testing.T) {
-	lo := netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	lo := testaddr.Next()
 	for _, noGRO := range []bool{true, false} {
 		s, err := udp.Listen(netip.AddrPortFrom(lo, 0), &udp.Config{DisableGRO: noGRO})
 		if err != nil {

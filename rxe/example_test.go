@@ -12,14 +12,15 @@ import (
 // Example connects two Soft-RoCE devices on loopback addresses and sends
 // one RC message.
 func Example() {
-	open := func(ip string) verbs.Device {
-		d, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: netip.MustParseAddr(ip)}})
+	open := func(ip netip.Addr) verbs.Device {
+		d, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: ip}})
 		if err != nil {
 			panic(err)
 		}
 		return d
 	}
-	da, db := open("127.77.0.1"), open("127.77.0.2")
+	// Two loopback addresses of this process's own (127.X.Y.1, .2).
+	da, db := open(testAddr()), open(testAddr())
 	defer da.Close()
 	defer db.Close()
 
@@ -71,14 +72,14 @@ func Example() {
 // completion handler (verbs.CQAttr.Handler), which the device's receive
 // goroutine runs: an event-driven echo with no goroutine of its own.
 func Example_completionHandler() {
-	open := func(ip string) verbs.Device {
-		d, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: netip.MustParseAddr(ip)}})
+	open := func(ip netip.Addr) verbs.Device {
+		d, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: ip}})
 		if err != nil {
 			panic(err)
 		}
 		return d
 	}
-	da, db := open("127.77.0.3"), open("127.77.0.4")
+	da, db := open(testAddr()), open(testAddr())
 	defer da.Close()
 	defer db.Close()
 

@@ -3,23 +3,18 @@ package rxe_test
 import (
 	"fmt"
 	"net/netip"
-	"os"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"softib/internal/testaddr"
 	"softib/rxe"
 	"softib/verbs"
 )
 
-var addrSeq atomic.Uint32
-
-// testAddr returns a fresh loopback address unique to this process, so
-// that parallel test binaries (other packages) do not collide on 4791.
-func testAddr() netip.Addr {
-	n := addrSeq.Add(1)
-	return netip.AddrFrom4([4]byte{127, byte(50 + os.Getpid()%150), byte(n >> 8), byte(n)})
-}
+// testAddr returns a fresh loopback address unique to this test binary
+// (a block it holds a claim on), so that parallel test binaries and other
+// softib processes do not collide on 4791 or the source ports.
+func testAddr() netip.Addr { return testaddr.Next() }
 
 func openDev(t testing.TB, cfg rxe.Config) *rxe.Device {
 	t.Helper()

@@ -39,6 +39,7 @@ var rules = map[string][]string{
 	"softib/internal/pool":       nil,
 	"softib/internal/pcap":       nil,
 	"softib/internal/testenv":    nil,
+	"softib/internal/testaddr":   nil,
 	"softib/internal/layers":     nil,
 	"softib/internal/netns":      {"softib/internal/stats", "softib/internal/testenv"},
 	"softib/internal/netemu":     {"softib/internal/stats", "softib/internal/testenv"},

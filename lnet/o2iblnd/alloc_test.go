@@ -2,12 +2,11 @@ package o2iblnd
 
 import (
 	"encoding/binary"
-	"net/netip"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"softib/internal/testaddr"
 	"softib/lnet/lnd"
 	"softib/rdmacm"
 	"softib/rxe"
@@ -16,7 +15,6 @@ import (
 	"softib/wire/lnetwire"
 )
 
-var allocSeq atomic.Uint32
 
 // fin is one Finalize call.
 type fin struct {
@@ -46,8 +44,7 @@ func (h *stubHost) NotifyPeer(ni *lnd.NI, nid lnetwire.NID, alive bool, when tim
 // startStub starts a driver on a fresh rxe device with a stub host.
 func startStub(t *testing.T) (*Driver, *stubHost) {
 	t.Helper()
-	pid := os.Getpid()
-	a := netip.AddrFrom4([4]byte{127, byte(200 + pid%50), byte(pid>>6) ^ 0x80, byte(allocSeq.Add(1) + 1)})
+	a := testaddr.Next()
 	dev, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: a}, UDP: &udp.Config{DisableGRO: true}})
 	if err != nil {
 		t.Fatal(err)

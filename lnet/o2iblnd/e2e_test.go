@@ -6,10 +6,10 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"softib/internal/testaddr"
 	"softib/lnet"
 	"softib/lnet/lnd"
 	"softib/lnet/o2iblnd"
@@ -29,14 +29,8 @@ const hangGuard = 60 * time.Second
 // claim (12 would be MDS_REQUEST_PORTAL), so tshark leaves payloads alone.
 var e2ePortal = 51
 
-var ipSeq atomic.Uint32
-
-// testAddr returns a fresh loopback address unique to this process.
-func testAddr() netip.Addr {
-	n := ipSeq.Add(1)
-	pid := os.Getpid()
-	return netip.AddrFrom4([4]byte{127, byte(200 + pid%50), byte(pid >> 6), byte(n + 1)})
-}
+// testAddr returns a fresh loopback address unique to this test binary.
+func testAddr() netip.Addr { return testaddr.Next() }
 
 var testLog = slog.New(slog.DiscardHandler)
 

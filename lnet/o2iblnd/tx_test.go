@@ -1,10 +1,9 @@
 package o2iblnd
 
 import (
-	"net/netip"
-	"os"
 	"testing"
 
+	"softib/internal/testaddr"
 	"softib/lnet/lnd"
 	"softib/rxe"
 	"softib/udp"
@@ -14,8 +13,7 @@ import (
 
 func testPD(t *testing.T) verbs.PD {
 	t.Helper()
-	pid := os.Getpid()
-	a := netip.AddrFrom4([4]byte{127, byte(200 + pid%50), byte(pid>>6) ^ 0x40, byte(allocSeq.Add(1) + 1)})
+	a := testaddr.Next()
 	dev, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: a}, UDP: &udp.Config{DisableGRO: true}})
 	if err != nil {
 		t.Fatal(err)

@@ -4,17 +4,16 @@ import (
 	"bufio"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"softib/internal/testaddr"
 	"softib/lnet/lnd"
 	"softib/wire/lnetwire"
 )
@@ -24,34 +23,24 @@ import (
 const hangGuard = 30 * time.Second
 
 // testPort is the acceptor port of test nodes: the real 988 as root,
-// else an unprivileged stand-in; if another process holds it on the
-// wildcard address, a free port instead.
+// else an unprivileged stand-in, or a kernel-chosen port if another
+// process holds that one. It is reserved by a listener this test binary
+// keeps open on its own loopback block (internal/testaddr), so nothing
+// else can take it while the nodes use it on the block's addresses.
 var testPort = sync.OnceValue(func() int {
 	want := 10988
 	if os.Geteuid() == 0 {
 		want = DefaultAcceptPort
 	}
-	for _, p := range []int{want, 0} {
-		ln, err := net.Listen("tcp4", "127.0.0.1:"+strconv.Itoa(p))
-		if err == nil {
-			port := ln.Addr().(*net.TCPAddr).Port
-			ln.Close()
-			return port
-		}
-	}
-	return want
+	return testaddr.Port(want)
 })
 
-var ipSeq atomic.Uint32
-
-// testIPs returns n fresh loopback addresses unique to this process and
-// test, so nodes never collide on ip:port across tests.
+// testIPs returns n fresh loopback addresses unique to this test binary,
+// so nodes never collide on ip:port across tests or with other processes.
 func testIPs(n int) []string {
-	base := 100 + uint32(os.Getpid())%100
 	var out []string
 	for range n {
-		k := ipSeq.Add(1)
-		out = append(out, fmt.Sprintf("127.%d.%d.%d", base, k/250, k%250+2))
+		out = append(out, testaddr.Next().String())
 	}
 	return out
 }

@@ -324,14 +324,16 @@ var selftestPortals = map[string]bool{"50": true, "51": true, "52": true}
 // wsUnknownPortal is the error Wireshark 4.0's LNet dissector reports for
 // a PUT to a portal it does not know (it knows Lustre's, not
 // lnet_selftest's): it tries to read the payload as a Lustre RPC.
-var wsUnknownPortal = regexp.MustCompile(`^Capture:\d+ offset:\d+ \(length:0\) msg_type:1 ib_type:`)
+// Over o2iblnd it says so for IMMEDIATE PUTs too, and throws an exception
+// on a GET_REQ to portal 52 (brw write's bulk GET).
+var wsUnknownPortal = regexp.MustCompile(`^(Capture:\d+ offset:\d+ \(length:\d+\) msg_type:\d ib_type:|Malformed Packet \(Exception occurred\)$)`)
 
 // checkLstDecode has tshark decode the capture (socklnd as LNet on port
 // 988, RoCEv2 by the infiniband dissector and o2iblnd's by the LNet one)
 // and fails t for every malformed frame or error, but one kind:
-// Wireshark 4.0 flags every LNet PUT to an lnet_selftest portal (50, 51,
-// 52) as malformed, because it reads the payload of a PUT to a portal it
-// does not know as a Lustre RPC. Those frames are counted per sender, and
+// Wireshark 4.0 flags every LNet PUT (and o2iblnd GET_REQ) to an
+// lnet_selftest portal (50, 51, 52) as malformed, because it reads the
+// payload of a message to a portal it does not know as a Lustre RPC. Those frames are counted per sender, and
 // accepted only when the error is exactly that one and the kernel's own
 // PUTs are flagged the same way. Every selftest message (a PUT to portal
 // 50 or 51) must be 160 bytes, whoever sent it. It checks the capture has LNet PUTs and GETs, and socklnd or o2iblnd

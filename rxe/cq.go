@@ -43,16 +43,23 @@ func (d *Device) CreateCQ(attr verbs.CQAttr) (verbs.CQ, error) {
 	if attr.CQE < 1 || attr.CQE > MaxCQE {
 		return nil, fmt.Errorf("rxe: create CQ: cqe %d not in [1, %d]: %w", attr.CQE, MaxCQE, verbs.ErrInvalidArgument)
 	}
-	if attr.Channel != nil {
-		if err := attr.Channel.Attach(); err != nil {
-			return nil, err
-		}
-	}
 	cq := &CQ{dev: d, ch: attr.Channel, handler: attr.Handler, context: attr.Context, cqe: attr.CQE}
 	cq.waitCond = sync.NewCond(&cq.mu)
 	d.mu.Lock()
+	if len(d.cqs) >= MaxCQ {
+		d.mu.Unlock()
+		return nil, fmt.Errorf("rxe: create CQ: %d CQs: %w", MaxCQ, verbs.ErrResourceLimit)
+	}
 	d.cqs[cq] = struct{}{}
 	d.mu.Unlock()
+	if attr.Channel != nil {
+		if err := attr.Channel.Attach(); err != nil {
+			d.mu.Lock()
+			delete(d.cqs, cq)
+			d.mu.Unlock()
+			return nil, err
+		}
+	}
 	return cq, nil
 }
 
@@ -356,6 +363,10 @@ func (pd *PD) CreateSRQ(attr *verbs.SRQInitAttr) (verbs.SRQ, error) {
 	if a.MaxWR < 1 || a.MaxWR > MaxSRQWR || a.MaxSGE < 0 || a.MaxSGE > MaxSRQSGE || a.Limit < 0 || a.Limit > a.MaxWR {
 		return nil, fmt.Errorf("rxe: create SRQ %+v: %w", a, verbs.ErrInvalidArgument)
 	}
+	if pd.dev.srqs.Add(1) > MaxQP {
+		pd.dev.srqs.Add(-1)
+		return nil, fmt.Errorf("rxe: create SRQ: %d SRQs: %w", MaxQP, verbs.ErrResourceLimit)
+	}
 	s := &SRQ{pd: pd, context: attr.Context, maxSGE: max(a.MaxSGE, 1), limit: a.Limit}
 	s.rq.max = a.MaxWR
 	pd.users.Add(1)
@@ -456,5 +467,6 @@ func (s *SRQ) Destroy() error {
 	}
 	s.dead = true
 	s.pd.users.Add(-1)
+	s.pd.dev.srqs.Add(-1)
 	return nil
 }

@@ -97,7 +97,7 @@ type Device struct {
 
 	epoch time.Time
 
-	qpTable atomic.Pointer[map[uint32]*QP]
+	qpTable qpTable // QPN -> QP, lock-free reads (writes under mu)
 	gsi     atomic.Pointer[QP]
 
 	mu      sync.Mutex // guards the fields below and qpTable writes
@@ -106,6 +106,8 @@ type Device struct {
 	qps     map[*QP]struct{}
 
 	pds    atomic.Int32
+	ahs    atomic.Int32 // live AHs (MaxAH)
+	srqs   atomic.Int32 // live SRQs (MaxSRQ = MaxQP)
 	events chan verbs.AsyncEvent
 	evMu   sync.Mutex
 	closed atomic.Bool
@@ -175,8 +177,6 @@ func Open(cfg Config) (verbs.Device, error) {
 	d.sports.init(conn, addr, c.FixedSourcePort)
 	d.gids[0] = verbs.LinkLocalGID(d.guid)
 	d.gids[1] = verbs.GIDFromAddr(addr)
-	empty := map[uint32]*QP{}
-	d.qpTable.Store(&empty)
 	if c.BusyPoll || c.PollRxAfter >= 0 {
 		if d.sr = newPollSock(conn, max(conn.BatchSize(), 1)); d.sr != nil {
 			d.rb = d.newRxBatch()
@@ -391,7 +391,7 @@ func (d *Device) lookupQP(qpn uint32) *QP {
 	if qpn == 1 {
 		return d.gsi.Load()
 	}
-	return (*d.qpTable.Load())[qpn]
+	return d.qpTable.get(qpn)
 }
 
 // rxBatch is a receive vector: datagram slots backed by pooled packets,

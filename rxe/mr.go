@@ -199,6 +199,10 @@ func (pd *PD) CreateAH(attr *verbs.AHAttr) (verbs.AH, error) {
 	if err != nil {
 		return nil, err
 	}
+	if pd.dev.ahs.Add(1) > MaxAH {
+		pd.dev.ahs.Add(-1)
+		return nil, fmt.Errorf("rxe: create AH: %d AHs: %w", MaxAH, verbs.ErrResourceLimit)
+	}
 	pd.users.Add(1)
 	return &AH{pd: pd, attr: *attr, dst: dst}, nil
 }
@@ -212,6 +216,7 @@ func (ah *AH) Destroy() error {
 		return verbs.ErrClosed
 	}
 	ah.pd.users.Add(-1)
+	ah.pd.dev.ahs.Add(-1)
 	return nil
 }
 

@@ -157,8 +157,7 @@ func (d *Device) addQP(q *QP) error {
 		d.qps[q] = struct{}{}
 		return nil
 	}
-	t := *d.qpTable.Load()
-	if len(t) >= MaxQP {
+	if d.qpTable.n >= MaxQP {
 		return fmt.Errorf("rxe: create QP: %w", verbs.ErrResourceLimit)
 	}
 	for {
@@ -167,17 +166,12 @@ func (d *Device) addQP(q *QP) error {
 		if d.nextQPN > seqnum.Mask {
 			d.nextQPN = firstUserQPN
 		}
-		if _, used := t[qpn]; !used {
+		if d.qpTable.get(qpn) == nil {
 			q.qpn = qpn
 			break
 		}
 	}
-	nt := make(map[uint32]*QP, len(t)+1)
-	for k, v := range t {
-		nt[k] = v
-	}
-	nt[q.qpn] = q
-	d.qpTable.Store(&nt)
+	d.qpTable.put(q.qpn, q)
 	d.qps[q] = struct{}{}
 	return nil
 }
@@ -190,14 +184,7 @@ func (d *Device) removeQP(q *QP) {
 		d.gsi.CompareAndSwap(q, nil)
 		return
 	}
-	t := *d.qpTable.Load()
-	nt := make(map[uint32]*QP, len(t))
-	for k, v := range t {
-		if k != q.qpn {
-			nt[k] = v
-		}
-	}
-	d.qpTable.Store(&nt)
+	d.qpTable.remove(q.qpn, q)
 }
 
 // QPN returns the queue pair number.

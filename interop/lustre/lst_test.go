@@ -2,6 +2,7 @@ package lustre_test
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,6 +13,7 @@ import (
 
 	"softib/internal/tsharktest"
 	"softib/interop/lustre"
+	"softib/interop/vm"
 )
 
 // lnet_selftest between the Lustre 2.17 kernel module and softib (issue
@@ -422,6 +424,25 @@ func checkLstDecodeFrom(t *testing.T, host, guest, path string) {
 	for _, net := range lstNets() {
 		if net == "tcp" && sock == 0 || net == "o2ib" && ib == 0 {
 			t.Errorf("tshark decoded no %s LND message", net)
+		}
+		if net != "o2ib" {
+			continue
+		}
+		// Every RoCE frame of both sides carries a correct ICRC.
+		cs, err := vm.RoCECapture(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ip := range []string{host, guest} {
+			s := cs[netip.MustParseAddr(ip)]
+			if s == nil || s.Frames == 0 {
+				t.Errorf("capture: no RoCE frame from %s", ip)
+				continue
+			}
+			t.Logf("capture: RoCE from %s: %+v", ip, *s)
+			if s.BadICRC+s.Unparsed != 0 {
+				t.Errorf("capture: %s sent %d RoCE frames with a bad ICRC, %d unparsable", ip, s.BadICRC, s.Unparsed)
+			}
 		}
 	}
 }

@@ -316,7 +316,19 @@ func (l *lst) console(st *selftest.State, toward lnetwire.NID, more ...lnetwire.
 			return nil, nil, fmt.Errorf("console through lnetd: %w", err)
 		}
 		if st.Console == "" {
-			st.Console = "lnetd:" + st.Socket
+			// The session is named after the console's NID, as the
+			// kernel's lst names it after its node's: here lnetd's NID
+			// on the session's net, the local address towards the
+			// nodes. (Without a NID the session id would carry 0@lo.)
+			nt, err := lnetwire.ParseNet(st.Net)
+			if st.Net == "" || err != nil {
+				nt = lnetwire.MakeNet(lnetwire.SOCKLND, 0)
+			}
+			if nid, err := ConsoleNID(nt, st.If, st.Port, toward); err == nil {
+				st.Console = nid.String()
+			} else {
+				st.Console = "lnetd:" + st.Socket
+			}
 		}
 		return selftest.NewConsoleVia(selftest.ProxyCaller(call), st), closeFn, nil
 	}

@@ -345,3 +345,31 @@ func TestProcOnNode(t *testing.T) {
 		}
 	}
 }
+
+// TestProcSocketSessionNID: a session made with an explicit --socket is
+// named after lnetd's NID (the local address towards the nodes, or --if),
+// as the kernel's lst names its session after its node's NID, not 0@lo
+// (found against the Lustre 2.17 kernel: its node recorded the softib
+// console's session as 0@<0:0>).
+func TestProcSocketSessionNID(t *testing.T) {
+	port := freePort(t)
+	ip := addrs(2)
+	sock := filepath.Join(t.TempDir(), "run", "lnetd.sock")
+	startNodesSock(t, port, []string{sock}, ip...)
+	env := []string{"LST_SESSION_FILE=" + filepath.Join(t.TempDir(), "s.json")}
+	for _, args := range [][]string{
+		{"new_session", "n", "--port", strconv.Itoa(port), "--if", ip[0], "--socket", sock},
+		{"add_group", "all", ip[0] + "@tcp", ip[1] + "@tcp"},
+	} {
+		if code, out, errs := lstRun(t, env, args...); code != 0 {
+			t.Fatalf("lst %v: exit %d\n%s%s", args, code, out, errs)
+		}
+	}
+	code, out, errs := lstRun(t, env, "show_session")
+	if code != 0 || !strings.Contains(out, "@"+ip[0]+"@tcp,") {
+		t.Fatalf("show_session: exit %d, want the session named after %s@tcp:\n%s%s", code, ip[0], out, errs)
+	}
+	if code, out, errs := lstRun(t, env, "end_session"); code != 0 {
+		t.Fatalf("end_session: exit %d\n%s%s", code, out, errs)
+	}
+}

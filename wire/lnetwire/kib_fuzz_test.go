@@ -2,6 +2,7 @@ package lnetwire_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"testing"
 
 	"softib/wire/lnetwire"
@@ -44,6 +45,9 @@ func FuzzKibMsg(f *testing.F) {
 	}
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
+		// A byte-swapped message's checksum is of the bytes as sent,
+		// before UnpackKibMsg flips them in place.
+		swapped := len(b) >= 4 && binary.LittleEndian.Uint32(b) != lnetwire.KibMagic
 		m, err := lnetwire.UnpackKibMsg(b)
 		if err != nil {
 			return
@@ -57,6 +61,19 @@ func FuzzKibMsg(f *testing.F) {
 		if len(enc) != fs.Len() {
 			t.Fatalf("Len %d, encoded %d", fs.Len(), len(enc))
 		}
+		// Append writes Cksum as given (a sender calls SetKibCksum). The
+		// checksum is of the bytes, so where the re-encoding drops or
+		// zeroes bytes the type does not define (trailing bytes, lnet_hdr
+		// union padding), the received one no longer fits: recompute it,
+		// and it must equal the received one whenever the bytes are the
+		// same.
+		if fs.Cksum != 0 {
+			lnetwire.SetKibCksum(enc)
+			same := !swapped && len(enc) == len(m) && bytes.Equal(enc[:12], m[:12]) && bytes.Equal(enc[16:], m[16:])
+			if same && lnetwire.KibMsg(enc).Cksum() != fs.Cksum {
+				t.Fatalf("checksum %#x of an identical re-encoding, received %#x", lnetwire.KibMsg(enc).Cksum(), fs.Cksum)
+			}
+		}
 		m2, err := lnetwire.UnpackKibMsg(append([]byte(nil), enc...))
 		if err != nil {
 			t.Fatalf("re-unpack: %v", err)
@@ -69,9 +86,9 @@ func FuzzKibMsg(f *testing.F) {
 		if !bytes.Equal(enc, enc2) {
 			t.Fatalf("not stable:\n%x\n%x", enc, enc2)
 		}
-		// The header survives, except ibm_nob for messages with trailing
-		// bytes the type does not define.
-		if !bytes.Equal(enc[:8], m[:8]) || !bytes.Equal(enc[12:lnetwire.KibHdrLen], m[12:lnetwire.KibHdrLen]) {
+		// The header survives, except ibm_nob and ibm_cksum for messages
+		// with trailing bytes the type does not define.
+		if !bytes.Equal(enc[:8], m[:8]) || !bytes.Equal(enc[16:lnetwire.KibHdrLen], m[16:lnetwire.KibHdrLen]) {
 			t.Fatalf("header changed:\n%x\n%x", enc[:48], []byte(m[:48]))
 		}
 	})

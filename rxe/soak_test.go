@@ -53,12 +53,12 @@ const (
 	soakSlot    = 4096
 	soakReadSrc = 2 * soakSlot
 	// Regions of a side's buffer.
-	soakSrcOff   = 0                                 // my SEND/WRITE payloads
-	soakWTgtOff  = soakSrcOff + soakWin*soakSlot     // where the peer WRITEs
-	soakRSrcOff  = soakWTgtOff + soakWin*soakSlot    // static, the peer READs it
-	soakRDstOff  = soakRSrcOff + soakReadSrc         // my READ and atomic results
-	soakRecvOff  = soakRDstOff + soakWin*soakSlot    // my receive buffers
-	soakAtomOff  = soakRecvOff + soakWin*soakSlot    // the word the peer's atomics hit
+	soakSrcOff   = 0                              // my SEND/WRITE payloads
+	soakWTgtOff  = soakSrcOff + soakWin*soakSlot  // where the peer WRITEs
+	soakRSrcOff  = soakWTgtOff + soakWin*soakSlot // static, the peer READs it
+	soakRDstOff  = soakRSrcOff + soakReadSrc      // my READ and atomic results
+	soakRecvOff  = soakRDstOff + soakWin*soakSlot // my receive buffers
+	soakAtomOff  = soakRecvOff + soakWin*soakSlot // the word the peer's atomics hit
 	soakBufBytes = soakAtomOff + 8
 	soakPoison   = 0xA5
 )

@@ -23,11 +23,40 @@ type Globals struct {
 	// tracked against TransactionTimeout (TrackNone, TrackGet, TrackPut,
 	// TrackBoth; lnet's response_tracking, default TrackBoth). See rsp.go.
 	ResponseTracking int
+	// DropAsymRoute drops messages that arrive through a router we would
+	// not use to reach their source's net (lnet_drop_asym_route, default
+	// off).
+	DropAsymRoute bool
+	// RouterPingTimeout is how long the router checker waits for a
+	// gateway's ping reply (router_ping_timeout, default 50 s).
+	RouterPingTimeout time.Duration
+	// LiveRouterCheckInterval is how often an alive gateway is pinged
+	// (alive_router_check_interval, formerly live_router_check_interval;
+	// default 60 s; negative disables the checker).
+	LiveRouterCheckInterval time.Duration
+	// DeadRouterCheckInterval is how often a dead gateway is pinged to
+	// see it come back (dead_router_check_interval, default 60 s).
+	DeadRouterCheckInterval time.Duration
 }
 
 // DefaultGlobals returns the settings a zero Config gets.
 func DefaultGlobals() Globals {
-	return Globals{LocalNIDDistZero: true, TransactionTimeout: 150 * time.Second, MaxInterfaces: 200, ResponseTracking: TrackBoth}
+	return Globals{LocalNIDDistZero: true, TransactionTimeout: 150 * time.Second, MaxInterfaces: 200, ResponseTracking: TrackBoth,
+		RouterPingTimeout: 50 * time.Second, LiveRouterCheckInterval: 60 * time.Second, DeadRouterCheckInterval: 60 * time.Second}
+}
+
+// routerDefaults fills the router checker's zero durations.
+func (g *Globals) routerDefaults() {
+	d := DefaultGlobals()
+	if g.RouterPingTimeout <= 0 {
+		g.RouterPingTimeout = d.RouterPingTimeout
+	}
+	if g.LiveRouterCheckInterval == 0 {
+		g.LiveRouterCheckInterval = d.LiveRouterCheckInterval
+	}
+	if g.DeadRouterCheckInterval <= 0 {
+		g.DeadRouterCheckInterval = d.DeadRouterCheckInterval
+	}
 }
 
 // withDefaults fills zero fields. LocalNIDDistZero and ResponseTracking
@@ -43,6 +72,7 @@ func (g Globals) withDefaults() Globals {
 	if g.MaxInterfaces <= 0 {
 		g.MaxInterfaces = d.MaxInterfaces
 	}
+	g.routerDefaults()
 	return g
 }
 
@@ -64,8 +94,10 @@ func (in *Instance) SetGlobals(g Globals) {
 	if g.MaxInterfaces <= 0 {
 		g.MaxInterfaces = d.MaxInterfaces
 	}
+	g.routerDefaults()
 	in.mu.Lock()
 	in.globals = g
+	in.kickRouterCheckerLocked()
 	in.mu.Unlock()
 }
 
@@ -77,11 +109,11 @@ type Stats struct {
 	Errors      uint64 // messages that failed
 	SendCount   uint64 // messages sent successfully
 	RecvCount   uint64 // messages received and delivered
-	RouteCount  uint64 // messages forwarded (always 0: no routing)
+	RouteCount  uint64 // messages forwarded (route_count)
 	DropCount   uint64 // messages dropped (unmatched, not for us, peer down)
 	SendLength  uint64
 	RecvLength  uint64
-	RouteLength uint64
+	RouteLength uint64 // payload bytes forwarded (route_length)
 	DropLength  uint64
 	Delayed     uint64 // PUTs that waited on a lazy portal
 	// ResponseTimeouts counts ACKs/REPLYs that did not come within
@@ -161,6 +193,12 @@ type PeerInfo struct {
 	QueueBytes   int64
 	QueueLen     int
 	PrimaryNID   lnetwire.NID
+	// Router credits (peer_buffer_credits) of messages from this peer
+	// being forwarded: the configured total, free (negative: messages
+	// waiting) and the low-water mark (the "rtr" and "min" columns).
+	MaxRtrCredits int
+	RtrCredits    int
+	MinRtrCredits int
 }
 
 // Peers returns the peer table sorted by NID.
@@ -180,6 +218,7 @@ func (in *Instance) Peers() []PeerInfo {
 			NID: p.nid, NI: p.ni.nid(), Refs: int(p.refs) + 1, State: st,
 			MaxTxCredits: int(p.maxTxCredits), TxCredits: int(p.txCredits), MinTxCredits: int(p.minTxCredits),
 			QueueBytes: p.txqnob, QueueLen: p.txq.n, PrimaryNID: p.nid,
+			MaxRtrCredits: int(p.maxRtrCredits), RtrCredits: int(p.rtrCredits), MinRtrCredits: int(p.minRtrCredits),
 		}
 		if p.lastAlive > 0 {
 			pi.LastAlive = in.start.Add(time.Duration(p.lastAlive))
@@ -210,7 +249,7 @@ func (in *Instance) DelPeer(nid lnetwire.NID) error {
 		in.mu.Unlock()
 		return ErrNoEnt
 	}
-	if p.refs > 0 || p.txq.n > 0 {
+	if p.refs > 0 || p.txq.n > 0 || p.rtrq.n > 0 {
 		in.mu.Unlock()
 		return ErrBusy
 	}

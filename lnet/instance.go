@@ -1,6 +1,7 @@
 package lnet
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 
@@ -43,6 +44,8 @@ type Config struct {
 	Nets []NetConfig
 	// Globals are the initial global settings (zero: defaults).
 	Globals Globals
+	// Router configures forwarding (off by default) and its buffers.
+	Router RouterConfig
 	// Log receives diagnostics; nil means slog.Default().
 	Log *slog.Logger
 }
@@ -76,6 +79,9 @@ type Instance struct {
 	stats      Stats
 	ping       pingState
 	rsp        rspList
+	routes     routeTable  // route.go
+	router     routerState // router.go
+	rc         rtrChecker  // rtrcheck.go
 }
 
 // netIface is the core's state of one NI (struct lnet_ni). Guarded by
@@ -121,6 +127,8 @@ func New(cfg Config) (*Instance, error) {
 	if in.pid == 0 {
 		in.pid = lnetwire.PIDLustre
 	}
+	in.router.init(cfg.Router)
+	in.rc.ctx, in.rc.cancel = context.WithCancel(context.Background())
 	if in.log == nil {
 		in.log = slog.Default()
 	}
@@ -281,6 +289,7 @@ func (in *Instance) stopNI(ni *netIface) {
 	for m := ni.txq.pop(); m != nil; m = ni.txq.pop() {
 		failed.push(m)
 	}
+	var routed msgQueue
 	for nid, p := range in.peers {
 		if p.ni != ni {
 			continue
@@ -288,7 +297,21 @@ func (in *Instance) stopNI(ni *netIface) {
 		for m := p.txq.pop(); m != nil; m = p.txq.pop() {
 			failed.push(m)
 		}
+		for m := p.rtrq.pop(); m != nil; m = p.rtrq.pop() {
+			m.rxNI.calls.Add(1)
+			routed.push(m)
+		}
 		delete(in.peers, nid)
+	}
+	for i := range in.router.pools {
+		pool := &in.router.pools[i]
+		chain := pool.msgs.removeIf(func(m *message) bool { return m.rxNI == ni })
+		for m := chain; m != nil; {
+			next := m.next
+			m.rxNI.calls.Add(1)
+			routed.push(m)
+			m = next
+		}
 	}
 	var dropped msgQueue
 	for i := range in.portals {
@@ -305,6 +328,7 @@ func (in *Instance) stopNI(ni *netIface) {
 	for m := failed.pop(); m != nil; m = failed.pop() {
 		in.finalize(m, lnd.ErrShutdown)
 	}
+	in.dropRouted(&routed, lnd.ErrShutdown)
 	for m := dropped.pop(); m != nil; m = dropped.pop() {
 		private, rlen := m.private, int(m.Hdr.PayloadLength)
 		in.mu.Lock()
@@ -332,6 +356,7 @@ func (in *Instance) Close() error {
 	}
 	nis := slices.Clone(in.nis)
 	in.mu.Unlock()
+	in.rc.cancel() // router-checker pings in flight end now
 	// Stop the network NIs first so their traffic drains, loopback last.
 	slices.Reverse(nis)
 	for _, ni := range nis {
@@ -342,7 +367,11 @@ func (in *Instance) Close() error {
 	if in.rsp.timer != nil {
 		in.rsp.timer.Stop()
 	}
+	if in.rc.timer != nil {
+		in.rc.timer.Stop()
+	}
 	in.mu.Unlock()
+	in.rc.wg.Wait()
 	return nil
 }
 
@@ -372,8 +401,11 @@ func (in *Instance) NIDs() []lnetwire.NID {
 // Dist reports how far nid is (LNetDist, lnet-wire.md §1.8): for one of
 // our NIDs dist is 0 (1 if Globals.LocalNIDDistZero is off), src is nid
 // and order 0 for 0@lo, 1 otherwise; for a directly connected net dist is
-// 1, src the local NI's NID and order 2 + the NI's index. Unreachable NIDs
-// give ErrNoRoute (this node does not route).
+// 1, src the local NI's NID and order 2 + the NI's index; for a net
+// reached through routes dist is the shortest route's hops + 1 (an
+// undefined hop count is 1), src the first NI on its gateway's net and
+// the order after the local NIs, by remote net in the order routes were
+// first added. Unreachable NIDs give ErrNoRoute.
 func (in *Instance) Dist(nid lnetwire.NID) (dist int, src lnetwire.NID, order int, err error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -395,6 +427,9 @@ func (in *Instance) Dist(nid lnetwire.NID) (dist int, src lnetwire.NID, order in
 			return 1, ni.nid(), order, nil
 		}
 		order++
+	}
+	if d, src, o, ok := in.distRouteLocked(nid.Net(), order); ok {
+		return d, src, o, nil
 	}
 	return 0, 0, 0, ErrNoRoute
 }

@@ -46,6 +46,17 @@ type message struct {
 	mlen       int          // matched length of a received message
 	dropped    bool         // counted as a drop rather than an error
 
+	// Forwarding state (router.go): set while this node routes m.
+	routing       bool      // not for us: received into a router buffer, then sent on
+	rxNI          *netIface // NI it arrived on
+	rxPeer        *peer     // peer NI it came from (holds its router credit)
+	rtrPool       int       // router buffer pool index
+	rtrBuf        []byte    // router buffer (nil for tiny)
+	rtrFrag       [1][]byte // rtrBuf as an IOV fragment list
+	rtrCredit     bool      // holds a pool buffer credit
+	peerRtrCredit bool      // holds a peer router credit
+	rxDelayed     bool      // waited for router credits (Recv is delayed)
+
 	next *message // msgQueue link
 }
 
@@ -141,9 +152,9 @@ func (in *Instance) sendLocked(m *message, self lnetwire.NID) (sendResult, error
 
 // selectPathLocked sets m.ni, m.peer, the header's src NID and the LND
 // target. Local destinations (own NIDs and 0@lo) go through the loopback
-// NI; others through an NI on the destination's net (no routing). A
-// response (m.ni already set, from the request) goes back the way the
-// request came.
+// NI; others through an NI on the destination's net, or to a gateway
+// (route.go) when no local net has it. A response (m.ni already set,
+// from the request) goes back the way the request came.
 func (in *Instance) selectPathLocked(m *message, self lnetwire.NID) error {
 	dst := m.Hdr.DestNID
 	var ni *netIface
@@ -160,19 +171,22 @@ func (in *Instance) selectPathLocked(m *message, self lnetwire.NID) error {
 		}
 		m.Hdr.SrcNID = ni.nid()
 	default:
+		var err error
 		if self != lnetwire.NIDAny {
 			ni = in.byNID[self]
 			if ni == nil {
 				return ErrInvalid
 			}
 			if ni.net() != dst.Net() {
-				return ErrNoRoute
+				// Source given, remote destination: a gateway on the
+				// source's net.
+				nextHop, _, err = in.routeLocked(m, dst.Net(), ni.net())
 			}
-		} else {
-			ni = in.bestNILocked(dst.Net())
-			if ni == nil {
-				return ErrNoRoute
-			}
+		} else if ni = in.bestNILocked(dst.Net()); ni == nil {
+			nextHop, ni, err = in.routeLocked(m, dst.Net(), 0)
+		}
+		if err != nil {
+			return err
 		}
 		m.Hdr.SrcNID = ni.nid()
 	}
@@ -182,7 +196,12 @@ func (in *Instance) selectPathLocked(m *message, self lnetwire.NID) error {
 	m.ni = ni
 	m.peer = in.peerLocked(nextHop, ni)
 	m.peer.refs++
-	m.Msg.Target = lnetwire.ProcessID{NID: nextHop, PID: m.Hdr.DestPID}
+	pid := m.Hdr.DestPID
+	if nextHop != dst && !ni.lo {
+		pid = lnetwire.PIDLustre // the target is a router
+		m.Sink = lnd.IOV{}       // its REPLY comes back as a message
+	}
+	m.Msg.Target = lnetwire.ProcessID{NID: nextHop, PID: pid}
 	return nil
 }
 
@@ -249,7 +268,7 @@ func (in *Instance) returnCreditsLocked(m *message, out *pendings) {
 		if ni.txCredits <= 0 {
 			if next := ni.txq.pop(); next != nil {
 				r, err := in.postSendLocked(next)
-				out.add(pending{next, r, err})
+				out.add(pending{m: next, r: r, err: err})
 			}
 		}
 	}
@@ -261,7 +280,7 @@ func (in *Instance) returnCreditsLocked(m *message, out *pendings) {
 		if p.txCredits <= 0 {
 			if next := p.txq.pop(); next != nil {
 				r, err := in.postSendLocked(next)
-				out.add(pending{next, r, err})
+				out.add(pending{m: next, r: r, err: err})
 			}
 		}
 	}
@@ -271,31 +290,51 @@ func (in *Instance) returnCreditsLocked(m *message, out *pendings) {
 	}
 }
 
-// pending is a message to act on after unlocking.
+// pending is a message to act on after unlocking: a send result, or
+// (recv) a routed message that got its router buffer and is to be
+// received.
 type pending struct {
-	m   *message
-	r   sendResult
-	err error
+	m    *message
+	r    sendResult
+	err  error
+	recv bool
 }
 
-// pendings holds the (at most two) messages one completion releases from
-// credit queues; a fixed array keeps it on the stack.
+// pendings holds the messages one completion releases from credit queues
+// (at most two tx and two router waiters, more when a pool grows); a fixed
+// array keeps the common case on the stack.
 type pendings struct {
-	a [2]pending
-	n int
+	a    [4]pending
+	n    int
+	more []pending
 }
 
 func (ps *pendings) add(p pending) {
-	ps.a[ps.n] = p
-	ps.n++
+	if ps.n < len(ps.a) {
+		ps.a[ps.n] = p
+		ps.n++
+		return
+	}
+	ps.more = append(ps.more, p)
 }
 
 // runPending hands ready messages to their driver and finalizes failed
 // ones.
 func (in *Instance) runPending(ps *pendings) {
 	for i := range ps.n {
-		in.afterSend(ps.a[i].m, ps.a[i].r, ps.a[i].err)
+		in.runOne(ps.a[i])
 	}
+	for _, p := range ps.more {
+		in.runOne(p)
+	}
+}
+
+func (in *Instance) runOne(p pending) {
+	if p.recv {
+		in.recvRouted(p.m)
+		return
+	}
+	in.afterSend(p.m, p.r, p.err)
 }
 
 // afterSend acts on a sendLocked result outside the lock.
@@ -354,6 +393,16 @@ func (in *Instance) finalize(m *message, status error) {
 	}
 	in.returnCreditsLocked(m, &ps)
 	switch {
+	case m.routing && m.rx && m.status == nil:
+		// The payload is in the router buffer: send it on.
+		r, err := in.forwardLocked(m)
+		next = pending{m: m, r: r, err: err}
+	case m.routing:
+		// Forwarded (or failed on either hop): give back the buffer and
+		// the router credit.
+		in.countDoneLocked(m)
+		in.returnRxCreditsLocked(m, &ps)
+		in.freeMsgLocked(m)
 	case m.rx && m.status == nil && m.ackWanted:
 		// PUT delivered: post the PUT event, then reuse m for the ACK.
 		in.stats.RecvCount++
@@ -362,7 +411,7 @@ func (in *Instance) finalize(m *message, status error) {
 		in.detachMDLocked(m, &d)
 		in.prepAckLocked(m)
 		r, err := in.sendLocked(m, lnetwire.NIDAny)
-		next = pending{m, r, err}
+		next = pending{m: m, r: r, err: err}
 	default:
 		in.countDoneLocked(m)
 		in.detachMDLocked(m, &d)
@@ -379,6 +428,21 @@ func (in *Instance) finalize(m *message, status error) {
 // countDoneLocked updates the counters for a message that is finished.
 func (in *Instance) countDoneLocked(m *message) {
 	switch {
+	case m.routing && m.status == nil:
+		in.stats.RouteCount++
+		in.stats.RouteLength += uint64(m.Hdr.PayloadLength)
+		if m.ni != nil {
+			m.ni.sendCount++
+		}
+		if m.rxNI != nil {
+			m.rxNI.recvCount++
+		}
+	case m.routing:
+		in.stats.DropCount++
+		in.stats.DropLength += uint64(m.Hdr.PayloadLength)
+		if m.rxNI != nil {
+			m.rxNI.dropCount++
+		}
 	case m.status != nil && m.dropped:
 		in.stats.DropCount++
 		in.stats.DropLength += uint64(max(m.mlen, m.Payload.Len))

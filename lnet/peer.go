@@ -21,7 +21,13 @@ type peer struct {
 	txCredits    int32
 	minTxCredits int32
 	maxTxCredits int32
-	down         bool
+	// Router credits (peer_buffer_credits): messages from this peer NI
+	// being forwarded; negative while messages wait on rtrq.
+	rtrCredits    int32
+	minRtrCredits int32
+	maxRtrCredits int32
+	rtrq          msgQueue
+	down          bool
 }
 
 // peerRetryInterval is how long a peer the LND reported dead fails new
@@ -38,12 +44,14 @@ func (in *Instance) peerLocked(nid lnetwire.NID, ni *netIface) *peer {
 	if p != nil {
 		// The peer moved to another local NI (net re-added): start over
 		// once the old entry is idle, else keep using it.
-		if p.refs > 0 || p.txq.n > 0 {
+		if p.refs > 0 || p.txq.n > 0 || p.rtrq.n > 0 {
 			return p
 		}
 	}
 	c := int32(ni.ni.Tunables.PeerCredits)
-	p = &peer{nid: nid, ni: ni, txCredits: c, minTxCredits: c, maxTxCredits: c}
+	rc := peerBufferCreditsOf(ni)
+	p = &peer{nid: nid, ni: ni, txCredits: c, minTxCredits: c, maxTxCredits: c,
+		rtrCredits: rc, minRtrCredits: rc, maxRtrCredits: rc}
 	in.peers[nid] = p
 	return p
 }

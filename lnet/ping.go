@@ -8,9 +8,10 @@ import (
 	"softib/wire/lnetwire"
 )
 
-// pingFeatures are the feature bits this node advertises: base, NI
-// status, and "routing disabled" since it never forwards.
-const pingFeatures = lnetwire.PingFeatBase | lnetwire.PingFeatNIStatus | lnetwire.PingFeatRteDisabled
+// pingFeatures are the feature bits this node advertises: base and NI
+// status, plus "routing disabled" unless it forwards (a gateway whose
+// reply carries RTE_DISABLED is not used by its peers' routes).
+const pingFeatures = lnetwire.PingFeatBase | lnetwire.PingFeatNIStatus
 
 // pingState is the ping responder: an ME on the reserved portal matching
 // the ping bits from anyone, with an MD holding lnet_ping_info.
@@ -37,6 +38,9 @@ func (in *Instance) startPing() error {
 // sequence number as its status, then the NIs that are up.
 func (in *Instance) pingInfoLocked() lnetwire.PingInfo {
 	info := lnetwire.PingInfo{Features: pingFeatures, PID: in.pid}
+	if !in.router.on {
+		info.Features |= lnetwire.PingFeatRteDisabled
+	}
 	info.NIs = append(info.NIs, lnetwire.PingNI{NID: lnetwire.NIDLo0, Status: in.ping.seq})
 	for _, ni := range in.nis {
 		if ni.lo || !ni.ready || ni.down {

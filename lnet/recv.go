@@ -51,6 +51,9 @@ func (h *host) NotifyPeer(lni *lnd.NI, nid lnetwire.NID, alive bool, when time.T
 	in := h.in()
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	if in.niOf[lni] != nil {
+		in.notifyGatewayLocked(nid, alive)
+	}
 	p := in.peers[nid]
 	if p == nil {
 		return
@@ -86,22 +89,49 @@ func (in *Instance) parse(lni *lnd.NI, hdr *lnetwire.Header, from lnetwire.NID, 
 	}
 	dst := hdr.DestNID
 	if in.byNID[dst] == nil && !(ni.lo && dst == lnetwire.NIDLo0) {
-		if dst.Net() == ni.net() {
+		// Not for us: the rules of lnet_parse for messages to forward.
+		switch {
+		case dst.Net() == ni.net():
 			in.mu.Unlock()
-			return fmt.Errorf("%w: message for %v is not local", lnd.ErrProto, dst)
+			return fmt.Errorf("%w: message for %v is not local (should have been sent direct)", lnd.ErrProto, dst)
+		case rdmaReq && hdr.Type == lnetwire.MsgGET:
+			in.mu.Unlock()
+			return fmt.Errorf("%w: optimized GET for %v (final destination must be me)", lnd.ErrProto, dst)
+		case !in.router.on || ni.lo:
+			// Routing not enabled (lnet-wire.md §8.3).
+			in.stats.DropCount++
+			in.stats.DropLength += uint64(rlen)
+			ni.dropCount++
+			ni.calls.Add(1)
+			in.mu.Unlock()
+			in.dropRx(ni, private, rlen)
+			return nil
 		}
-		// Not for us and we do not route (lnet-wire.md §8.3).
-		in.stats.DropCount++
-		in.stats.DropLength += uint64(rlen)
-		ni.dropCount++
-		ni.calls.Add(1)
-		in.mu.Unlock()
-		in.dropRx(ni, private, rlen)
+		in.setPeerAliveLocked(in.peerLocked(from, ni), true, time.Now())
+		in.parseForwardLocked(ni, hdr, from, private, rdmaReq)
 		return nil
 	}
 	if !ni.lo {
 		p := in.peerLocked(from, ni)
 		in.setPeerAliveLocked(p, true, time.Now())
+		if hdr.SrcNID.Net() != from.Net() {
+			// Forwarded to us by a router: it is alive; and with
+			// drop_asym_route, it must be one we would route src's net
+			// through.
+			if gw := in.routes.gateways[from]; gw != nil && !gw.alive {
+				gw.alive = true
+			}
+			if in.globals.DropAsymRoute && in.asymRouteLocked(hdr.SrcNID, from) {
+				in.stats.DropCount++
+				in.stats.DropLength += uint64(rlen)
+				ni.dropCount++
+				ni.calls.Add(1)
+				in.mu.Unlock()
+				in.log.Warn("lnet: dropping asymmetrical route", "from", from, "src", hdr.SrcNID, "type", hdr.Type)
+				in.dropRx(ni, private, rlen)
+				return nil
+			}
+		}
 	}
 
 	m := in.allocMsgLocked()

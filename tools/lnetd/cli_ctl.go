@@ -25,7 +25,8 @@ const ctlUsage = `usage: softib lnetctl [--socket PATH] [--json] <object> <actio
   peer show [--nid NID] [-v]
   route add --net NET --gateway NID [--hop N] [--priority N]
   route del --net NET --gateway NID
-  route show
+  route show [--net NET] [--gateway NID] [--hop N] [-v]
+  routing show
   ping NID... [--timeout 5s] [--source NID]
   stats show | stats reset
   global show
@@ -179,6 +180,10 @@ func (c *ctl) run(ctx context.Context, args []string) int {
 		return c.peer(ctx, action, rest)
 	case "route":
 		return c.route(ctx, action, rest)
+	case "routing":
+		if action == "show" || action == "" {
+			return c.show(ctx, "routing.show", nil)
+		}
 	case "ping":
 		if action != "" {
 			rest = append([]string{action}, rest...)
@@ -334,6 +339,8 @@ func (c *ctl) route(ctx context.Context, action string, args []string) int {
 	gw := fs.String("gateway", "", "gateway NID")
 	hop := fs.Int("hop", -1, "hop count (1..255, -1 default)")
 	prio := fs.Int("priority", 0, "priority (0 is the highest)")
+	verbose := fs.Bool("v", false, "show hop, priority, state and type")
+	fs.BoolVar(verbose, "verbose", false, "same as -v")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return 2
 	}
@@ -345,7 +352,11 @@ func (c *ctl) route(ctx context.Context, action string, args []string) int {
 		return c.simple(ctx, "route."+action, RouteConfig{Net: *netName, Gateway: *gw, Hop: int64(*hop),
 			Priority: int64(*prio), HealthSensitivity: 1})
 	case "show", "":
-		return c.show(ctx, "route.show", nil)
+		h := int64(*hop)
+		if h < 0 {
+			h = 0
+		}
+		return c.show(ctx, "route.show", RouteShowArgs{Net: *netName, Gateway: *gw, Hop: h, Verbose: *verbose})
 	}
 	return c.usageErr("unknown action %q for route (add, del, show)", action)
 }

@@ -91,7 +91,7 @@ func New(opts Options) (*Daemon, error) {
 		d.o2ib = o2iblnd.New(o2iblnd.Config{})
 		d.lnds = append(d.lnds, d.o2ib)
 	}
-	in, err := lnet.New(lnet.Config{PID: opts.PID, LNDs: d.lnds, Globals: d.coreGlobals(), Log: log})
+	in, err := lnet.New(lnet.Config{PID: opts.PID, LNDs: d.lnds, Globals: d.coreGlobals(), Router: d.routerConfig(), Log: log})
 	if err != nil {
 		return nil, err
 	}
@@ -115,9 +115,11 @@ func New(opts Options) (*Daemon, error) {
 			return nil, err
 		}
 	}
-	d.routes = slices.Clone(cfg.Routes)
-	for _, r := range d.routes {
-		log.Warn("lnetd: route stored but not used: this node does not route yet", "net", r.Net, "gateway", r.Gateway)
+	for i, r := range cfg.Routes {
+		if err := d.addRoute(r); err != nil {
+			d.Close()
+			return nil, &ConfigError{Path: fmt.Sprintf("route[%d]", i), Msg: err.Error()}
+		}
 	}
 	d.peers = slices.Clone(cfg.Peers)
 	return d, nil
@@ -163,7 +165,81 @@ func (d *Daemon) coreGlobals() lnet.Globals {
 	if v, ok := d.global.Get("response_tracking"); ok {
 		g.ResponseTracking = int(v) // 0 none, 1 GET, 2 PUT, 3 both: as lnet.Track*
 	}
+	if v, ok := d.global.Get("drop_asym_route"); ok {
+		g.DropAsymRoute = v != 0
+	}
+	if v, ok := d.global.Get("router_ping_timeout"); ok {
+		g.RouterPingTimeout = time.Duration(v) * time.Second
+	}
+	if v, ok := d.global.Get("live_router_check_interval"); ok {
+		g.LiveRouterCheckInterval = time.Duration(v) * time.Second
+		if v <= 0 {
+			g.LiveRouterCheckInterval = -1 // off
+		}
+	}
+	if v, ok := d.global.Get("dead_router_check_interval"); ok {
+		g.DeadRouterCheckInterval = time.Duration(v) * time.Second
+	}
 	return g
+}
+
+// routerConfig maps the routing and buffers sections onto the core's
+// router configuration.
+func (d *Daemon) routerConfig() lnet.RouterConfig {
+	var rc lnet.RouterConfig
+	if v, _ := d.routing.Get("enable"); v != 0 {
+		rc.Enabled = true
+	}
+	tiny, _ := d.buffers.Get("tiny")
+	small, _ := d.buffers.Get("small")
+	large, _ := d.buffers.Get("large")
+	rc.TinyBuffers, rc.SmallBuffers, rc.LargeBuffers = int(tiny), int(small), int(large)
+	return rc
+}
+
+// addRoute adds a route to the core and, on success, to the stored
+// configuration (export). An identical stored route is not an error.
+func (d *Daemon) addRoute(r RouteConfig) error {
+	net, err := lnetwire.ParseNet(r.Net)
+	if err != nil {
+		return fmt.Errorf("%w: bad net %q: %v", lnet.ErrInvalid, r.Net, err)
+	}
+	gw, err := lnetwire.ParseNID(r.Gateway)
+	if err != nil {
+		return fmt.Errorf("%w: bad gateway %q: %v", lnet.ErrInvalid, r.Gateway, err)
+	}
+	if r.Hop == 0 {
+		r.Hop = -1
+	}
+	if r.Priority < 0 || r.Priority > maxInt32 {
+		return fmt.Errorf("%w: priority %d", lnet.ErrInvalid, r.Priority)
+	}
+	err = d.in.AddRoute(lnet.RouteConfig{Net: net, Gateway: gw, Hops: int(r.Hop), Priority: uint32(r.Priority)})
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	d.routes = slices.DeleteFunc(d.routes, func(x RouteConfig) bool { return x.Net == r.Net && x.Gateway == r.Gateway })
+	d.routes = append(d.routes, r)
+	d.mu.Unlock()
+	return nil
+}
+
+// delRoute removes a route from the core and the stored configuration.
+func (d *Daemon) delRoute(r RouteConfig) error {
+	net, err := lnetwire.ParseNet(r.Net)
+	if err != nil {
+		return fmt.Errorf("%w: bad net %q: %v", lnet.ErrInvalid, r.Net, err)
+	}
+	gw, err := lnetwire.ParseNID(r.Gateway)
+	if err != nil {
+		return fmt.Errorf("%w: bad gateway %q: %v", lnet.ErrInvalid, r.Gateway, err)
+	}
+	err = d.in.DelRoute(net, gw)
+	d.mu.Lock()
+	d.routes = slices.DeleteFunc(d.routes, func(x RouteConfig) bool { return x.Net == r.Net && x.Gateway == r.Gateway })
+	d.mu.Unlock()
+	return err
 }
 
 // addNet brings up every NI of one "net:" entry. path names the entry in
@@ -409,8 +485,12 @@ func (d *Daemon) setGlobal(name, value string) error {
 		d.global.Set(key, v)
 	}
 	g := d.coreGlobals()
+	rc := d.routerConfig()
 	d.mu.Unlock()
 	d.in.SetGlobals(g)
+	if section != "global" {
+		d.in.SetRouter(rc)
+	}
 	d.log.Info("lnetd: set", "tunable", name, "value", k.format(v))
 	return nil
 }
@@ -519,10 +599,10 @@ func (d *Daemon) Import(c *Config, del bool) []*OpError {
 		for _, p := range c.Peers {
 			d.peers = slices.DeleteFunc(d.peers, func(x PeerConfig) bool { return x.PrimaryNID == p.PrimaryNID })
 		}
-		for _, r := range c.Routes {
-			d.routes = slices.DeleteFunc(d.routes, func(x RouteConfig) bool { return x.Net == r.Net && x.Gateway == r.Gateway })
-		}
 		d.mu.Unlock()
+		for _, r := range c.Routes {
+			_ = d.delRoute(r) // a route gone with its net is no error
+		}
 		return errs
 	}
 	for _, s := range c.Global {
@@ -558,12 +638,16 @@ func (d *Daemon) Import(c *Config, del bool) []*OpError {
 		d.peers = slices.DeleteFunc(d.peers, func(x PeerConfig) bool { return x.PrimaryNID == p.PrimaryNID })
 		d.peers = append(d.peers, p)
 	}
+	stored := slices.Clone(d.routes)
+	d.mu.Unlock()
 	for _, r := range c.Routes {
-		if !slices.Contains(d.routes, r) {
-			d.routes = append(d.routes, r)
+		if slices.Contains(stored, r) {
+			continue
+		}
+		if err := d.addRoute(r); err != nil {
+			errs = append(errs, coreErr("add", "route", "cannot add route to "+r.Net+" via "+r.Gateway, err))
 		}
 	}
-	d.mu.Unlock()
 	return errs
 }
 

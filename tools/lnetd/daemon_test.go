@@ -200,7 +200,7 @@ func TestPeerAddDelRoutes(t *testing.T) {
 		t.Errorf("peer show after del: %d %q", code, errs)
 	}
 	ctlOK(t, a.sock, "route", "add", "--net", "o2ib", "--gateway", "10.1.1.9@tcp", "--hop", "3")
-	r := ctlDoc(t, a.sock, "route", "show")
+	r := ctlDoc(t, a.sock, "route", "show", "-v")
 	if r.Path("route", 0, "gateway") != "10.1.1.9@tcp" || r.Path("route", 0, "hop") != int64(3) {
 		t.Errorf("route show:\n%s", YAML(r))
 	}

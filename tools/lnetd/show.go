@@ -153,12 +153,13 @@ func (d *Daemon) Handle(ctx context.Context, op string, raw json.RawMessage) (an
 		}
 		return nil, d.opRoute(op == "route.add", a)
 	case "route.show":
-		c := &Config{Routes: d.config().Routes}
-		doc := c.Doc(false)
-		if len(doc) == 0 {
-			doc = Map{}.add("route", List{})
+		var a RouteShowArgs
+		if e := dec(&a); e != nil {
+			return nil, e
 		}
-		return doc, nil
+		return d.routesDoc(a), nil
+	case "routing.show":
+		return d.routingDoc(), nil
 	case "ping":
 		var a PingArgs
 		if e := dec(&a); e != nil {
@@ -327,35 +328,80 @@ func (d *Daemon) opPeer(add bool, a PeerArgs) *OpError {
 }
 
 func (d *Daemon) opRoute(add bool, r RouteConfig) *OpError {
-	cmd := "del"
 	if add {
-		cmd = "add"
-	}
-	if _, err := lnetwire.ParseNet(r.Net); err != nil {
-		return opErr(cmd, "route", errnoInval, "bad net %q: %v", r.Net, err)
-	}
-	if _, err := lnetwire.ParseNID(r.Gateway); err != nil {
-		return opErr(cmd, "route", errnoInval, "bad gateway %q: %v", r.Gateway, err)
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	i := slices.IndexFunc(d.routes, func(x RouteConfig) bool { return x.Net == r.Net && x.Gateway == r.Gateway })
-	if add {
-		if i >= 0 {
-			return opErr(cmd, "route", errnoExist, "route to %s via %s exists", r.Net, r.Gateway)
+		if err := d.addRoute(r); err != nil {
+			return coreErr("add", "route", "cannot add route to "+r.Net+" via "+r.Gateway, err)
 		}
-		if r.Hop == 0 {
-			r.Hop = -1
-		}
-		d.routes = append(d.routes, r)
-		d.log.Warn("lnetd: route stored but not used: this node does not route yet", "net", r.Net, "gateway", r.Gateway)
+		d.log.Info("lnetd: route added", "net", r.Net, "gateway", r.Gateway, "hop", r.Hop, "priority", r.Priority)
 		return nil
 	}
-	if i < 0 {
-		return opErr(cmd, "route", errnoNoEnt, "no route to %s via %s", r.Net, r.Gateway)
+	if err := d.delRoute(r); err != nil {
+		return coreErr("del", "route", "cannot delete route to "+r.Net+" via "+r.Gateway, err)
 	}
-	d.routes = slices.Delete(d.routes, i, i+1)
 	return nil
+}
+
+// RouteShowArgs are the arguments of route show.
+type RouteShowArgs struct {
+	Net     string `json:"net,omitempty"`
+	Gateway string `json:"gateway,omitempty"`
+	Hop     int64  `json:"hop,omitempty"`
+	Verbose bool   `json:"verbose,omitempty"`
+}
+
+// routesDoc renders lnetctl route show [-v] (lustre_lnet_show_route):
+// net and gateway; with -v also hop, priority, state (up/down) and type
+// (single-hop/multi-hop).
+func (d *Daemon) routesDoc(a RouteShowArgs) Map {
+	list := List{}
+	for _, r := range d.in.Routes() {
+		if a.Net != "" {
+			if n, err := lnetwire.ParseNet(a.Net); err != nil || n != r.Net {
+				continue
+			}
+		}
+		if a.Gateway != "" {
+			if g, err := lnetwire.ParseNID(a.Gateway); err != nil || g != r.Gateway {
+				continue
+			}
+		}
+		if a.Hop > 0 && int64(r.Hops) != a.Hop {
+			continue
+		}
+		m := Map{}.add(keyNet, r.Net.String()).add("gateway", r.Gateway.String())
+		if a.Verbose {
+			state, typ := "down", "single-hop"
+			if r.Alive {
+				state = "up"
+			}
+			if r.MultiHop {
+				typ = "multi-hop"
+			}
+			m = m.add("hop", int64(r.Hops)).add("priority", int64(r.Priority)).
+				add("health_sensitivity", int64(1)).add("state", state).add("type", typ)
+		}
+		list = append(list, m)
+	}
+	return Map{}.add("route", list)
+}
+
+// routingDoc renders lnetctl routing show: the buffer pools of each CPT
+// (one here), the routing switch, and the buffers section.
+func (d *Daemon) routingDoc() Map {
+	cpt := Map{}
+	var total [3]int64
+	for i, p := range d.in.RouterPools() {
+		cpt = cpt.add(p.Name, Map{}.add("npages", int64(p.NPages)).add("nbuffers", int64(p.NBuffers)).
+			add("credits", int64(p.Credits)).add("mincredits", int64(p.MinCredits)))
+		total[i] = int64(p.NBuffers)
+	}
+	enable := int64(0)
+	if d.in.Router().Enabled {
+		enable = 1
+	}
+	routing := List{Map{}.add("cpt[0]", cpt), Map{}.add("enable", enable)}
+	return Map{}.add("routing", routing).
+		add("buffers", Map{}.add("tiny", total[0]).add("small", total[1]).add("large", total[2]))
 }
 
 func (d *Daemon) opPing(ctx context.Context, a PingArgs) (any, *OpError) {
@@ -516,8 +562,8 @@ func (d *Daemon) peersDoc(filter string, verbose bool) (Map, *OpError) {
 				add("available_tx_credits", int64(p.TxCredits)).
 				add("min_tx_credits", int64(p.MinTxCredits)).
 				add("tx_q_num_of_buf", int64(p.QueueLen)).
-				add("available_rtr_credits", int64(p.MaxTxCredits)).
-				add("min_rtr_credits", int64(p.MaxTxCredits)).
+				add("available_rtr_credits", int64(p.RtrCredits)).
+				add("min_rtr_credits", int64(p.MinRtrCredits)).
 				add("refcount", int64(p.Refs))
 			if !p.LastAlive.IsZero() {
 				m = m.add("last_alive", int64(time.Since(p.LastAlive)/time.Second))

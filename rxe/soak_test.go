@@ -281,6 +281,7 @@ func (r *soakRun) sendDone(s *soakSide, wc *verbs.WC, scratch []byte) {
 		if got := p.buf[soakWTgtOff+slot*soakSlot:][:o.size]; !bytes.Equal(got, scratch[:o.size]) {
 			r.failf("qp %d: WRITE seq %d (%d B) ACKed but the peer's memory differs at %d", s.id, seq, o.size, firstDiff(got, scratch))
 		}
+		p.qp.Query() // and between this read and the responder's next write to the slot
 	case verbs.WRRDMARead:
 		soakPattern(scratch[:soakReadSrc], p.id, soakReadSeq)
 		if got := s.buf[soakRDstOff+slot*soakSlot:][:o.size]; !bytes.Equal(got, scratch[o.off:o.off+o.size]) {

@@ -117,17 +117,19 @@ func (s *soakTarget) stable(gen0 int64) bool { return gen0%2 == 0 && s.gen.Load(
 // (3976 B payload) and socklnd's zero-copy threshold, up to 1 MiB.
 var soakSizes = []int{0, 1, 100, 3976, 3977, 4096, 16384, 65536, 300000, 1<<20 - 1, 1 << 20}
 
-// TestSoakLNetStorm: three lnetd processes in network namespaces with tcp
-// and o2ib NIs. Workers on A and B (four per initiator, target and
-// network, each with its own echo slot at the target) PUT and GET
-// 0 B .. 1 MiB to the other two nodes without pause, each PUT checked by
-// CRC at the sender, in the receiver's slot and after a GET back, while
-// C is SIGKILLed and restarted every few seconds. Between A and B every
-// operation must succeed; to C an operation may fail, but only with an
-// error event, never as a success for data that was not delivered, and
-// no GET may return bytes C was never sent; after every restart, every
-// stream to C moves verified data again, and once the storm ends PUTs
-// and GETs to C succeed on both networks.
+// TestSoakLNetStorm: three lnetd processes (A, B, C) in network
+// namespaces with tcp and o2ib NIs. Workers on every node (four per
+// initiator, target and network, each with its own echo slot at the
+// target) PUT and GET 0 B .. 1 MiB to the other two nodes without
+// pause, each PUT checked by CRC at the sender, in the receiver's slot
+// and after a GET back, while C is SIGKILLed and restarted every
+// SOFTIB_SOAK_SECONDS/6 (at least 10 s). Between A and B every
+// operation must succeed. To or from C an operation may fail, but only
+// with an error event (or, from C, by C's death), never as a success
+// for data that was not delivered; no GET may return bytes that were
+// never sent (only a restarted C's zeroed slot). In every incarnation
+// of C every stream to and from C moves verified data again, and once
+// the storm ends PUTs and GETs to and from C succeed on both networks.
 func TestSoakLNetStorm(t *testing.T) {
 	total := soakSeconds(t)
 	testenv.RequireRoot(t)
@@ -140,9 +142,9 @@ func TestSoakLNetStorm(t *testing.T) {
 			"ip", "netns", "exec", nn.Name))
 	}
 	a, b, c := nodes[0], nodes[1], nodes[2]
-	targets := map[*procNode]*soakTarget{a: {}, b: {}, c: {}}
+	tc := &soakTarget{} // C's incarnations
 	var streams []*soakStream
-	for _, from := range []*procNode{a, b} {
+	for _, from := range nodes {
 		for _, to := range nodes {
 			if to == from {
 				continue
@@ -175,7 +177,7 @@ func TestSoakLNetStorm(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				soakWorker(ctx, st, targets[st.to], slot, stopAt, &seedSeq, failf)
+				soakWorker(ctx, st, tc, slot, stopAt, &seedSeq, failf)
 			}()
 		}
 	}
@@ -184,7 +186,6 @@ func TestSoakLNetStorm(t *testing.T) {
 	period := max(10*time.Second, total/6)
 	kills := 0
 	var downtime time.Duration
-	tc := targets[c]
 	for failure.Load() == nil {
 		wait := time.Until(start.Add(time.Duration(kills+1) * period))
 		if time.Now().Add(wait).After(stopAt.Add(-period / 2)) {
@@ -217,7 +218,7 @@ func TestSoakLNetStorm(t *testing.T) {
 	// (every incarnation but the last, which the storm may have left
 	// early, is checked; the last is checked below).
 	for _, st := range streams {
-		if st.to != c {
+		if st.to != c && st.from != c {
 			continue
 		}
 		st.mu.Lock()
@@ -233,6 +234,8 @@ func TestSoakLNetStorm(t *testing.T) {
 	for _, from := range []*procNode{a, b} {
 		waitUntil(t, "a verified PUT and GET to C over tcp", func() bool { return soakPutGet(t, from, c.nid, 2, 1<<20) })
 		waitUntil(t, "a verified PUT and GET to C over o2ib", func() bool { return soakPutGet(t, from, ib(c), 3, 1<<20) })
+		waitUntil(t, "a verified PUT and GET from C over tcp", func() bool { return soakPutGet(t, c, from.nid, 2, 1<<20) })
+		waitUntil(t, "a verified PUT and GET from C over o2ib", func() bool { return soakPutGet(t, c, ib(from), 3, 1<<20) })
 	}
 
 	var ok, failed, bytes int64
@@ -245,54 +248,95 @@ func TestSoakLNetStorm(t *testing.T) {
 	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	t.Logf("soak lnet storm: %d workers, %d verified PUT/GETs (%.0f/s, %.1f MiB/s), %d failed with an error event (all to C), "+
+	t.Logf("soak lnet storm: %d workers, %d verified PUT/GETs (%.0f/s, %.1f MiB/s), %d failed with an error event (all to or from C), "+
 		"C killed and restarted %d times (down %.1fs in all), %.1fs; %s; RSS of the lnetds: %s",
 		len(streams)*workers, ok, float64(ok)/stormed.Seconds(), float64(bytes)/(1<<20)/stormed.Seconds(), failed,
 		kills, downtime.Seconds(), stormed.Seconds(), strings.Join(per, ", "), soakRSS(nodes))
 }
 
 // soakWorker runs PUT, receiver check, GET rounds on one slot of st's
-// target until stopAt.
-func soakWorker(ctx context.Context, st *soakStream, tg *soakTarget, slot int, stopAt time.Time, seedSeq *atomic.Uint64,
+// target until stopAt. kt tracks C, the node that gets killed: an
+// operation to or from it may fail (with an error event; from C, also
+// by C's death cutting the control connection, after which the worker
+// dials C's next incarnation); any other failure fails the test.
+func soakWorker(ctx context.Context, st *soakStream, kt *soakTarget, slot int, stopAt time.Time, seedSeq *atomic.Uint64,
 	failf func(string, ...any)) {
-	cl, err := Dial(st.from.sock)
-	if err != nil {
-		failf("%s: %v", st.from.name, err)
+	what := fmt.Sprintf("%s→%s over %s, slot %d", st.from.name, st.to.name, st.net, slot)
+	fromC, toC := st.from.name == "C", st.to.name == "C"
+	var cl *Client
+	defer func() {
+		if cl != nil {
+			cl.Close()
+		}
+	}()
+	// dial (re)connects to the initiator's lnetd, waiting for C's next
+	// incarnation when C is the initiator.
+	dial := func(gen0 int64) bool {
+		if cl != nil {
+			cl.Close()
+			cl = nil
+		}
+		for ctx.Err() == nil && time.Now().Before(stopAt) {
+			if g := kt.gen.Load(); !fromC || (g%2 == 0 && g != gen0) {
+				c, err := Dial(st.from.sock)
+				if err == nil {
+					cl = c
+					return true
+				}
+				if !fromC {
+					failf("%s: %v", what, err)
+					return false
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return false
+	}
+	if !dial(-1) {
 		return
 	}
-	defer cl.Close()
 	rng := rand.New(rand.NewPCG(uint64(slot), uint64(len(st.nid))))
-	what := fmt.Sprintf("%s→%s over %s, slot %d", st.from.name, st.to.name, st.net, slot)
-	// A failure is allowed only towards the node that gets killed.
-	mayFail := st.to.name == "C"
-	for time.Now().Before(stopAt) && ctx.Err() == nil {
+	// call runs one control operation; false means the round is over
+	// (a failure recorded or the worker done).
+	call := func(gen0 int64, op string, args XferArgs, res *XferResult) bool {
+		err := cl.Call(ctx, op, args, res)
+		if ctx.Err() != nil {
+			return false
+		}
+		if err != nil {
+			if fromC && !kt.stable(gen0) {
+				st.noteErr("slot %d %s %d B: initiator killed: %v", slot, op, args.Size, err)
+				dial(gen0)
+				return false
+			}
+			failf("%s: %s %d B: control call: %v", what, op, args.Size, err)
+			return false
+		}
+		if res.Error == "" {
+			return true
+		}
+		if !fromC && !toC {
+			failf("%s: %s %d B failed: %s (events %+v)", what, op, args.Size, res.Error, res.Events)
+		} else if !soakErrorEvent(res.Events) {
+			failf("%s: %s %d B failed without an error event: %s (events %+v)", what, op, args.Size, res.Error, res.Events)
+		} else {
+			st.noteErr("slot %d %s %d B: %s", slot, op, args.Size, res.Error)
+		}
+		return false
+	}
+	for time.Now().Before(stopAt) && ctx.Err() == nil && cl != nil {
 		size := soakSizes[rng.IntN(len(soakSizes))]
 		seed := seedSeq.Add(1)
-		gen0 := tg.gen.Load()
+		gen0 := kt.gen.Load()
+		// stable: C neither died nor restarted since the round began.
+		stable := func() bool { return kt.stable(gen0) }
 		buf := make([]byte, size)
 		Pattern(buf, seed)
 		want := crc32.ChecksumIEEE(buf)
 		zeros := crc32.ChecksumIEEE(make([]byte, size))
 
 		var put XferResult
-		err := cl.Call(ctx, "test.put", XferArgs{NID: st.nid, Bits: uint64(slot), Size: size, Seed: seed, Timeout: 40 * time.Second}, &put)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			failf("%s: PUT %d B: control call: %v", what, size, err)
-			return
-		}
-		if put.Error != "" {
-			if !mayFail {
-				failf("%s: PUT %d B failed: %s (events %+v)", what, size, put.Error, put.Events)
-				return
-			}
-			if !soakErrorEvent(put.Events) {
-				failf("%s: PUT %d B failed without an error event: %s (events %+v)", what, size, put.Error, put.Events)
-				return
-			}
-			st.noteErr("slot %d PUT %d B: %s", slot, size, put.Error)
+		if !call(gen0, "test.put", XferArgs{NID: st.nid, Bits: uint64(slot), Size: size, Seed: seed, Timeout: 40 * time.Second}, &put) {
 			continue
 		}
 		if put.OK != 1 || put.Bytes != int64(size) || put.CRC != want || !strings.Contains(eventNames(put.Events), "ACK") {
@@ -304,52 +348,35 @@ func soakWorker(ctx context.Context, st *soakStream, tg *soakTarget, slot int, s
 			var show Map
 			err = tcl.Call(ctx, "test.show", nil, &show)
 			tcl.Close()
-			if err == nil && tg.stable(gen0) {
+			if err == nil && (!toC || stable()) {
 				sl, _ := show.Path("test service", "slots", slot).(Map)
 				if sl == nil || sl.Get("length") != int64(size) || sl.Get("crc32") != fmt.Sprintf("0x%08x", want) {
 					failf("%s: PUT %d B ACKed but the receiver's slot holds %s (want crc 0x%08x)", what, size, YAML(sl), want)
 					return
 				}
 			}
-		} else if !mayFail {
+		} else if !toC {
 			failf("%s: %v", what, err)
 			return
 		}
 
 		var get XferResult
-		err = cl.Call(ctx, "test.get", XferArgs{NID: st.nid, Bits: uint64(slot), Size: size, Timeout: 40 * time.Second}, &get)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			failf("%s: GET %d B: control call: %v", what, size, err)
-			return
-		}
-		if get.Error != "" {
-			if !mayFail {
-				failf("%s: GET %d B failed: %s (events %+v)", what, size, get.Error, get.Events)
-				return
-			}
-			if !soakErrorEvent(get.Events) {
-				failf("%s: GET %d B failed without an error event: %s (events %+v)", what, size, get.Error, get.Events)
-				return
-			}
-			st.noteErr("slot %d GET %d B: %s", slot, size, get.Error)
+		if !call(gen0, "test.get", XferArgs{NID: st.nid, Bits: uint64(slot), Size: size, Timeout: 40 * time.Second}, &get) {
 			st.ok.Add(1) // the PUT was verified
 			st.bytes.Add(int64(size))
-			st.count(gen0, tg, 1)
+			st.count(gen0, kt, 1)
 			continue
 		}
 		// The GET returns the PUT's bytes; a restarted target may only
 		// return its fresh, zeroed slot.
-		if get.OK != 1 || get.Bytes != int64(size) || (get.CRC != want && (tg.stable(gen0) || get.CRC != zeros)) ||
+		if get.OK != 1 || get.Bytes != int64(size) || (get.CRC != want && (!toC || stable() || get.CRC != zeros)) ||
 			!strings.Contains(eventNames(get.Events), "REPLY") {
-			failf("%s: GET %d B returned %+v; PUT crc %#x, zeros %#x, target restarted: %v", what, size, get, want, zeros, !tg.stable(gen0))
+			failf("%s: GET %d B returned %+v; PUT crc %#x, zeros %#x, C restarted: %v", what, size, get, want, zeros, !stable())
 			return
 		}
 		st.ok.Add(2)
 		st.bytes.Add(2 * int64(size))
-		st.count(gen0, tg, 2)
+		st.count(gen0, kt, 2)
 	}
 }
 

@@ -39,6 +39,13 @@ func fastChecker() lnet.Globals {
 	return g
 }
 
+// noChecker turns the router checker off (routes stay as added).
+func noChecker() lnet.Globals {
+	g := lnet.DefaultGlobals()
+	g.LiveRouterCheckInterval = -1
+	return g
+}
+
 // rtNode starts an instance with NIs on nids, every LND of nets.
 func rtNode(t testing.TB, lnds []lnd.LND, rc lnet.RouterConfig, g lnet.Globals, tun lnd.Tunables, nids ...lnetwire.NID) *lnet.Instance {
 	t.Helper()
@@ -98,7 +105,7 @@ func newRoutedTrioG(t testing.TB, rc lnet.RouterConfig, tun lnd.Tunables, g lnet
 func TestRoutedPutGet(t *testing.T) {
 	for _, size := range []int{0, 1, 4096, 4097, 1 << 20} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
-			tr := newRoutedTrio(t, lnet.RouterConfig{}, lnd.Tunables{})
+			tr := newRoutedTrioG(t, lnet.RouterConfig{}, lnd.Tunables{}, noChecker())
 			testPutGet(t, tr.a, tr.b, tr.eqA, tr.eqB, lnetwire.ProcessID{NID: rtB, PID: tr.b.PID()}, size, 3)
 			st := tr.r.Stats()
 			// PUT, ACK, GET, REPLY forwarded.
@@ -169,7 +176,7 @@ func TestRoutedPing(t *testing.T) {
 func TestRoutedTCPToO2IB(t *testing.T) {
 	sock := lndtest.New(lnetwire.SOCKLND)
 	ib := lndtest.New(lnetwire.O2IBLND)
-	g := fastChecker()
+	g := noChecker() // testPutGet counts MDs: no ping MDs in between
 	a := rtNode(t, []lnd.LND{sock.LND()}, lnet.RouterConfig{}, g, lnd.Tunables{}, rtA)
 	r := rtNode(t, []lnd.LND{sock.LND(), ib.LND()}, lnet.RouterConfig{Enabled: true}, g, lnd.Tunables{}, rtR0, rtRib)
 	b := rtNode(t, []lnd.LND{ib.LND()}, lnet.RouterConfig{}, g, lnd.Tunables{}, rtBib)
@@ -243,9 +250,8 @@ func waitFor(t testing.TB, what string, f func() bool) {
 // back.
 func TestRouterBufferExhaustion(t *testing.T) {
 	const n = 40
-	g := lnet.DefaultGlobals()
-	g.LiveRouterCheckInterval = -1 // no pings among the held messages
-	tr := newRoutedTrioG(t, lnet.RouterConfig{LargeBuffers: 2}, lnd.Tunables{PeerCredits: 16, PeerBufferCredits: 12}, g)
+	// No checker: no pings among the held messages.
+	tr := newRoutedTrioG(t, lnet.RouterConfig{LargeBuffers: 2}, lnd.Tunables{PeerCredits: 16, PeerBufferCredits: 12}, noChecker())
 	tr.net.Hold(true)
 	const portal = 7
 	sinks := make([][]byte, n)
@@ -570,4 +576,61 @@ func mustNet(s string) lnetwire.Net {
 		panic(err)
 	}
 	return n
+}
+
+// TestRouterDisableDropsQueued: turning routing off drops the messages
+// waiting for router buffers (as Lustre does); the one being forwarded
+// completes; every credit comes back and nothing leaks. Closing the
+// router with messages queued also cleans up.
+func TestRouterDisableDropsQueued(t *testing.T) {
+	tr := newRoutedTrioG(t, lnet.RouterConfig{LargeBuffers: 1}, lnd.Tunables{}, noChecker())
+	tr.net.Hold(true)
+	for i := range 6 {
+		h, _ := tr.a.MDBind(lnet.MD{Start: pattern(1<<20, byte(i)), Threshold: 1, EQ: tr.eqA}, lnet.AutoUnlink)
+		tr.a.Put(lnetwire.NIDAny, h, lnet.AckReqNo, lnetwire.ProcessID{NID: rtB, PID: tr.b.PID()}, 3, 0, 0, 0)
+	}
+	tr.net.Release(6)
+	if p := tr.r.RouterPools()[2]; p.Queued != 5 || p.Credits != -5 {
+		t.Fatalf("large pool %+v", p)
+	}
+	tr.r.SetRouter(lnet.RouterConfig{Enabled: false, LargeBuffers: 1})
+	tr.net.Hold(false)
+	tr.net.Release(-1)
+	waitFor(t, "router idle", func() bool { return tr.r.Stats().MsgsAlloc == 0 })
+	st := tr.r.Stats()
+	if st.RouteCount != 1 || st.DropCount != 5 {
+		t.Fatalf("router stats %+v", st)
+	}
+	if p := tr.r.RouterPools()[2]; p.Queued != 0 || p.Credits != 1 {
+		t.Fatalf("large pool %+v", p)
+	}
+	for _, p := range tr.r.Peers() {
+		if p.RtrCredits != p.MaxRtrCredits {
+			t.Fatalf("peer %+v", p)
+		}
+	}
+
+	// Queued messages at Close.
+	tr.r.SetRouter(lnet.RouterConfig{Enabled: true, LargeBuffers: 1})
+	tr.net.Hold(true)
+	for i := range 4 {
+		h, _ := tr.a.MDBind(lnet.MD{Start: pattern(1<<20, byte(i)), Threshold: 1, EQ: tr.eqA}, lnet.AutoUnlink)
+		tr.a.Put(lnetwire.NIDAny, h, lnet.AckReqNo, lnetwire.ProcessID{NID: rtB, PID: tr.b.PID()}, 3, 0, 0, 0)
+	}
+	tr.net.Release(4)
+	if p := tr.r.RouterPools()[2]; p.Queued != 3 {
+		t.Fatalf("large pool %+v", p)
+	}
+	done := make(chan struct{})
+	go func() { tr.r.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("router Close hangs with queued messages")
+	}
+	if st := tr.r.Stats(); st.MsgsAlloc != 0 {
+		t.Fatalf("router leaked messages: %+v", st)
+	}
+	tr.net.Hold(false)
+	tr.net.Release(-1)
 }

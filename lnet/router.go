@@ -235,24 +235,28 @@ func (in *Instance) parseForwardLocked(ni *netIface, hdr *lnetwire.Header, from 
 	// message waits (lnet_ni_eager_recv).
 	if p.rtrCredits <= 0 || in.router.pools[m.rtrPool].credits <= 0 {
 		if er, ok := ni.drv.(lnd.EagerReceiver); ok {
+			// The call count stays taken until m is queued or dropped, so
+			// the NI cannot finish shutting down in between.
 			ni.calls.Add(1)
 			in.mu.Unlock()
 			np, err := er.EagerRecv(m.private, &m.Msg)
-			ni.calls.Done()
 			in.mu.Lock()
-			if err != nil {
+			if err == nil {
+				m.private = np
+				m.rxDelayed = true
+			}
+			if err != nil || ni.down {
 				in.stats.DropCount++
 				in.stats.DropLength += uint64(hdr.PayloadLength)
 				ni.dropCount++
 				in.releaseRxPeerLocked(m)
+				private := m.private
 				in.freeMsgLocked(m)
-				ni.calls.Add(1)
 				in.mu.Unlock()
-				in.dropRx(ni, private, int(hdr.PayloadLength))
+				in.dropRx(ni, private, int(hdr.PayloadLength)) // ends the call
 				return
 			}
-			m.private = np
-			m.rxDelayed = true
+			ni.calls.Done() // ni is not down and mu is held: stopNI will find m
 		}
 	}
 	if !in.routedRecvLocked(m) {

@@ -69,13 +69,25 @@
 // exported only. Deleting the net or stopping lnetd closes the NI, then
 // the RDMA CM and the device.
 //
-// Routes and configured peers are stored, shown and exported; this node
-// does not route, and the peer table is built from traffic. Of the
-// globals, transaction_timeout, max_intf and response_tracking drive the
-// LNet core; the others are stored and reported.
+// Routes (YAML "route:", lnetctl route add/del) go to the core's route
+// table: messages to a remote net leave through the best alive gateway
+// (priority, hops, load, round robin), and route show -v gives each
+// route's state and type. "routing: enable: 1" (lnetctl set routing 1)
+// makes the node forward between its nets with the router buffers of
+// "buffers:" (tiny/small/large; lnetctl routing show) and the NIs'
+// peer_buffer_credits. Configured peers are stored, shown and exported;
+// the peer table is built from traffic. Of the globals,
+// transaction_timeout, max_intf, response_tracking and drop_asym_route
+// drive the LNet core; the others are stored and reported.
 //
 // softib extensions, all under "global:":
 //
+//   - router_ping_timeout (50), live_router_check_interval (60) and
+//     dead_router_check_interval (60): the router checker's ping timeout
+//     and the intervals between pings of alive and dead gateways, in
+//     seconds (the lnet module parameters of those names; Lustre 2.17
+//     folds the two intervals into alive_router_check_interval);
+//     live_router_check_interval <= 0 turns the checker off.
 //   - accept_port (988): the TCP acceptor port, also the port peers are
 //     dialled on. "lnd tunables: accept_port" overrides it per NI.
 //   - accept (secure): secure refuses connections from unprivileged

@@ -89,7 +89,8 @@ type soakStream struct {
 	// (index: restarts so far), guarded by mu.
 	mu      sync.Mutex
 	okEpoch map[int64]int
-	errs    []string // the last failures, for the log
+	firstOK map[int64]time.Time // the first verified operation per incarnation
+	errs    []string            // the last failures, for the log
 }
 
 // noteErr remembers a failure (the last few, with their time).
@@ -150,7 +151,7 @@ func TestSoakLNetStorm(t *testing.T) {
 				continue
 			}
 			for _, net := range []string{"tcp", "o2ib"} {
-				streams = append(streams, &soakStream{from: from, to: to, net: net, nid: to.ip + "@" + net, okEpoch: map[int64]int{}})
+				streams = append(streams, &soakStream{from: from, to: to, net: net, nid: to.ip + "@" + net, okEpoch: map[int64]int{}, firstOK: map[int64]time.Time{}})
 			}
 		}
 	}
@@ -186,6 +187,7 @@ func TestSoakLNetStorm(t *testing.T) {
 	period := max(10*time.Second, total/6)
 	kills := 0
 	var downtime time.Duration
+	var readyAt []time.Time // when each new incarnation of C was ready
 	for failure.Load() == nil {
 		wait := time.Until(start.Add(time.Duration(kills+1) * period))
 		if time.Now().Add(wait).After(stopAt.Add(-period / 2)) {
@@ -205,6 +207,7 @@ func TestSoakLNetStorm(t *testing.T) {
 		time.Sleep(500 * time.Millisecond) // in-flight operations meet a dead peer
 		c.start()
 		downtime += time.Since(t0)
+		readyAt = append(readyAt, time.Now())
 		tc.gen.Add(1) // even: the new incarnation runs
 		kills++
 	}
@@ -213,6 +216,7 @@ func TestSoakLNetStorm(t *testing.T) {
 		t.Fatal(*f)
 	}
 	stormed := time.Since(start)
+	var recovery time.Duration // longest wait for a stream's first verified operation after a restart
 
 	// After each restart every stream to C moved verified data again
 	// (every incarnation but the last, which the storm may have left
@@ -222,6 +226,11 @@ func TestSoakLNetStorm(t *testing.T) {
 			continue
 		}
 		st.mu.Lock()
+		for e := int64(2); e <= 2*int64(kills); e += 2 {
+			if f, ok := st.firstOK[e]; ok {
+				recovery = max(recovery, f.Sub(readyAt[e/2-1]))
+			}
+		}
 		for e := int64(0); e < 2*int64(kills); e += 2 {
 			if st.okEpoch[e] == 0 {
 				t.Errorf("%s→%s over %s: no verified operation in C's incarnation %d; last failures:\n%s", st.from.name, st.to.name, st.net, e/2,
@@ -249,9 +258,9 @@ func TestSoakLNetStorm(t *testing.T) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	t.Logf("soak lnet storm: %d workers, %d verified PUT/GETs (%.0f/s, %.1f MiB/s), %d failed with an error event (all to or from C), "+
-		"C killed and restarted %d times (down %.1fs in all), %.1fs; %s; RSS of the lnetds: %s",
+		"C killed and restarted %d times (down %.1fs in all; every stream verified again at most %.1fs after a restart), %.1fs; %s; RSS of the lnetds: %s",
 		len(streams)*workers, ok, float64(ok)/stormed.Seconds(), float64(bytes)/(1<<20)/stormed.Seconds(), failed,
-		kills, downtime.Seconds(), stormed.Seconds(), strings.Join(per, ", "), soakRSS(nodes))
+		kills, downtime.Seconds(), recovery.Seconds(), stormed.Seconds(), strings.Join(per, ", "), soakRSS(nodes))
 }
 
 // soakWorker runs PUT, receiver check, GET rounds on one slot of st's
@@ -388,6 +397,9 @@ func (st *soakStream) count(gen0 int64, tg *soakTarget, n int) {
 	}
 	st.mu.Lock()
 	st.okEpoch[gen0] += n
+	if _, ok := st.firstOK[gen0]; !ok {
+		st.firstOK[gen0] = time.Now()
+	}
 	st.mu.Unlock()
 }
 

@@ -67,8 +67,13 @@ func TestGRORepro(t *testing.T) {
 			da, sa := groDev(t, cfg, tc.uc)
 			db, sb := groDev(t, cfg, tc.uc)
 			a, b := newEnd(t, da, verbs.QPTypeRC, 3*size), newEnd(t, db, verbs.QPTypeRC, 3*size)
-			connect(t, a, b, connOpts{mtu: tc.mtu})
-			connect(t, b, a, connOpts{mtu: tc.mtu})
+			// A 4 s local ACK timeout (20): the test counts any
+			// retransmission as a failure, and under -race on a loaded
+			// 2-core machine a 1 MiB READ response can take longer than
+			// the default 0.5 s, whose spurious retransmission then
+			// shows up as duplicate responses (BadResp).
+			connect(t, a, b, connOpts{mtu: tc.mtu, timeout: 20})
+			connect(t, b, a, connOpts{mtu: tc.mtu, timeout: 20})
 			t.Cleanup(func() {
 				if t.Failed() {
 					t.Logf("a: %v\nudp a: %v", da.Stats(), stats.Snapshot(&sa.Stats))

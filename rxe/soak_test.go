@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -159,6 +160,25 @@ func soakPick(rng *rand.Rand) (int, verbs.WROpcode) {
 	return 0, verbs.WRSend
 }
 
+// soakSGL covers length bytes at off in mr with 1 to 3 SGEs split at
+// random points, so the engines walk SGE boundaries inside packets.
+func soakSGL(rng *rand.Rand, mr verbs.MR, off, length int) []verbs.SGE {
+	k := 1 + rng.IntN(3)
+	if length < k {
+		k = 1
+	}
+	cuts := []int{0, length}
+	for range k - 1 {
+		cuts = append(cuts, rng.IntN(length+1))
+	}
+	slices.Sort(cuts)
+	sgl := make([]verbs.SGE, 0, k)
+	for i := range k {
+		sgl = append(sgl, mr.SGE(off+cuts[i], cuts[i+1]-cuts[i]))
+	}
+	return sgl
+}
+
 func soakSize(rng *rand.Rand) int {
 	switch rng.IntN(4) {
 	case 0:
@@ -184,7 +204,7 @@ func (r *soakRun) postNext(s *soakSide) {
 		o.size = soakSize(s.rng)
 		src := s.buf[soakSrcOff+slot*soakSlot:][:o.size]
 		soakPattern(src, s.id, seq)
-		wr.SGL = []verbs.SGE{s.mr.SGE(soakSrcOff+slot*soakSlot, o.size)}
+		wr.SGL = soakSGL(s.rng, s.mr, soakSrcOff+slot*soakSlot, o.size)
 		if o.size <= 400 && s.rng.IntN(2) == 0 {
 			wr.Flags |= verbs.SendInline
 		}
@@ -203,7 +223,7 @@ func (r *soakRun) postNext(s *soakSide) {
 		for i := range dst {
 			dst[i] = soakPoison
 		}
-		wr.SGL = []verbs.SGE{s.mr.SGE(soakRDstOff+slot*soakSlot, o.size)}
+		wr.SGL = soakSGL(s.rng, s.mr, soakRDstOff+slot*soakSlot, o.size)
 		wr.RemoteAddr, wr.RKey = p.mr.Addr()+uint64(soakRSrcOff+o.off), p.mr.RKey()
 	case verbs.WRAtomicFetchAndAdd, verbs.WRAtomicCmpAndSwp:
 		o.size = 8
@@ -239,7 +259,7 @@ func (r *soakRun) postNext(s *soakSide) {
 // postRecv posts s's next receive.
 func (r *soakRun) postRecv(s *soakSide) {
 	slot := int(s.recvPost % soakWin)
-	wr := verbs.RecvWR{ID: uint64(s.id)<<32 | s.recvPost&0xFFFFFFFF, SGL: []verbs.SGE{s.mr.SGE(soakRecvOff+slot*soakSlot, soakSlot)}}
+	wr := verbs.RecvWR{ID: uint64(s.id)<<32 | s.recvPost&0xFFFFFFFF, SGL: soakSGL(s.rng, s.mr, soakRecvOff+slot*soakSlot, soakSlot)}
 	s.recvPost++
 	if n, err := s.qp.PostRecv([]verbs.RecvWR{wr}); err != nil || n != 1 {
 		r.failf("qp %d: post recv: %d, %v", s.id, n, err)
@@ -410,7 +430,7 @@ func soakSetup(t *testing.T, devs []*rxe.Device, timeouts []uint8) *soakRun {
 		}
 		s := &soakSide{id: i, dev: d, buf: make([]byte, soakBufBytes), rng: rand.New(rand.NewPCG(uint64(i), 11))}
 		qp, err := pds[d].CreateQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: r.cqs[d], RecvCQ: r.cqs[d],
-			Cap: verbs.QPCap{MaxSendWR: soakWin, MaxRecvWR: soakWin, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 400}})
+			Cap: verbs.QPCap{MaxSendWR: soakWin, MaxRecvWR: soakWin, MaxSendSGE: 3, MaxRecvSGE: 3, MaxInlineData: 400}})
 		if err != nil {
 			t.Fatalf("qp %d: %v", i, err)
 		}

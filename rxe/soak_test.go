@@ -601,8 +601,9 @@ func (r *soakRun) stuck(devs []*rxe.Device) string {
 }
 
 // TestSoakRCQPs: 1,000 RC QPs on 4 devices, connected in pairs across
-// devices (path MTUs 256..4096), stream SEND, SEND_WITH_IMM, WRITE,
-// WRITE_WITH_IMM, READ, FETCH_AND_ADD and CMP_AND_SWP with receives
+// devices (path MTUs 256..4096, local ACK timeouts 17..268 ms), stream
+// SEND, SEND_WITH_IMM, WRITE, WRITE_WITH_IMM, READ, FETCH_AND_ADD and
+// CMP_AND_SWP of 0..4096 bytes in 1-3 SGEs (some inline) with receives
 // posted, retry_cnt and rnr_retry 7 (infinite). Every WR must complete
 // exactly once, in order, successfully: WRITE targets hold the (qp, seq)
 // pattern once ACKed, receives carry the peer's messages in order with

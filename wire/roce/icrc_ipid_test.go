@@ -158,7 +158,7 @@ func TestVerifyICRCAnyIDResidual(t *testing.T) {
 		}
 	}
 	passed := 0
-	const tries = 1 << 20
+	const tries = 1 << 18
 	for range tries {
 		m := r.Uint32()
 		binary.LittleEndian.PutUint32(tr, base^m)
@@ -171,8 +171,8 @@ func TestVerifyICRCAnyIDResidual(t *testing.T) {
 			passed++
 		}
 	}
-	// Expect tries/2^16 = 16 (the seed is fixed).
-	if passed > 64 {
+	// Expect tries/2^16 = 4 (the seed is fixed).
+	if passed > 32 {
 		t.Fatalf("%d of %d random masks passed, want about 16", passed, tries)
 	}
 	t.Logf("%d of %d random ICRC corruptions passed (expected %d)", passed, tries, tries>>16)
@@ -183,7 +183,7 @@ func TestVerifyICRCAnyIDResidual(t *testing.T) {
 	// ID-shaped (here one position, 15 of its 255 values).
 	binary.LittleEndian.PutUint32(tr, base)
 	passed = 0
-	for range 1 << 18 {
+	for range 1 << 16 {
 		i := roce.BTHSize + r.IntN(len(pkt)-roce.BTHSize-roce.ICRCSize)
 		v := byte(r.Uint32()) | 1
 		pkt[i] ^= v
@@ -198,7 +198,7 @@ func TestVerifyICRCAnyIDResidual(t *testing.T) {
 		}
 		pkt[i] ^= v
 	}
-	t.Logf("%d of %d random single-byte payload corruptions passed", passed, 1<<18)
+	t.Logf("%d of %d random single-byte payload corruptions passed", passed, 1<<16)
 }
 
 // randPacketCopy returns a copy of pkt with its ICRC set for IPv4 ID id.

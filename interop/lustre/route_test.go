@@ -1,0 +1,239 @@
+package lustre_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"softib/interop/lustre"
+)
+
+// Issue #12 against the Lustre 2.17 kernel: LNet routing between the
+// guest's kernel node and softib nodes, both ways round.
+//
+//	(a) kernel (tcp, eth0) ── softib router R (tcp on the tap, o2ib on a
+//	    veth in the same namespace) ── softib B (o2ib, the veth's peer)
+//	(b) softib A (tcp, tap address) ── kernel router (tcp and o2ib on
+//	    eth0) ── softib B (o2ib, a second tap address)
+//
+// Each direction runs lnetctl ping and lst brw 1 MiB check=full through
+// the router.
+
+// forwarded matches lnetctl stats show of a node that forwarded messages.
+var forwarded = regexp.MustCompile(`(?m)^\s+route_count: [1-9]`)
+
+// rtQuick is the part of `softib lst quick --json` the tests read.
+type rtQuick struct {
+	RPCs     uint64   `json:"rpcs"`
+	MiBRate  float64  `json:"mib_per_s"`
+	Errors   uint64   `json:"errors"`
+	BRWErr   uint64   `json:"brw_errors"`
+	OK       bool     `json:"ok"`
+	Problems []string `json:"problems"`
+}
+
+// routedLst runs `softib lst quick` with d as console from → to and
+// requires every RPC to succeed with verified data.
+func routedLst(t *testing.T, d *lustre.Lnetd, from, to string, test ...string) {
+	t.Helper()
+	args := append([]string{"lst", "quick", "--force", "--socket", d.Socket(), "--from", from, "--to", to,
+		"--concurrency", "2", "--seconds", "4", "--delay", "2", "--json"}, test...)
+	out, err := d.Run(args...)
+	var r rtQuick
+	if jerr := json.Unmarshal([]byte(out), &r); jerr != nil {
+		t.Fatalf("lst %v %s→%s: %v (bad JSON %v)\n%s", test, from, to, err, jerr, out)
+	}
+	if err != nil || !r.OK || r.Errors != 0 || r.BRWErr != 0 || r.RPCs == 0 {
+		t.Fatalf("lst %v %s→%s: %v: %+v", test, from, to, err, r)
+	}
+	t.Logf("lst %v %s→%s through the router: %d RPCs, %.1f MiB/s", test, from, to, r.RPCs, r.MiBRate)
+}
+
+// nsIP runs ip -n <the VM's namespace> args.
+func nsIP(t *testing.T, g *lustre.Guest, args ...string) {
+	t.Helper()
+	a := append([]string{"-n", g.VM.Namespace()}, args...)
+	if out, err := exec.Command("ip", a...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %v: %v\n%s", a, err, out)
+	}
+}
+
+// rtLnetdYAML is a softib node's configuration for these tests.
+func rtLnetdYAML(nis [][2]string, routes [][2]string, routing bool) string {
+	var b strings.Builder
+	b.WriteString("net:\n")
+	for _, ni := range nis {
+		fmt.Fprintf(&b, "    - net type: %s\n      local NI(s):\n        - interfaces:\n              0: %s\n", ni[0], ni[1])
+	}
+	if len(routes) > 0 {
+		b.WriteString("route:\n")
+		for _, r := range routes {
+			fmt.Fprintf(&b, "    - net: %s\n      gateway: %s\n      hop: 1\n", r[0], r[1])
+		}
+	}
+	if routing {
+		b.WriteString("routing:\n    enable: 1\n")
+	}
+	b.WriteString(`global:
+    transaction_timeout: 60
+    router_ping_timeout: 10
+    live_router_check_interval: 5
+    dead_router_check_interval: 5
+`)
+	return b.String()
+}
+
+// waitSoftibRouteUp waits until d's route to net has been up for two
+// router-checker intervals (a new route starts up, before its gateway's
+// first ping reply; a Lustre router reports an NI down until it has seen
+// a ping on that net).
+func waitSoftibRouteUp(t *testing.T, d *lustre.Lnetd, net string) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	var since time.Time
+	for {
+		out, err := d.Ctl("route", "show", "-v", "--net", net)
+		switch {
+		case err != nil || !strings.Contains(out, "state: up"):
+			since = time.Time{}
+		case since.IsZero():
+			since = time.Now()
+		case time.Since(since) > 12*time.Second:
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("softib route to %s not up: %v\n%s", net, err, out)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// waitKernelRouteUp waits until the kernel's route to net is up.
+func waitKernelRouteUp(t *testing.T, g *lustre.Guest, net string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		out, err := g.Lnetctl(g.Context(), "route", "show", "-v", "--net", net)
+		if err == nil && strings.Contains(out, "state: up") {
+			t.Logf("kernel route show -v:\n%s", out)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kernel route to %s not up: %v\n%s", net, err, out)
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+// TestInteropRouteSoftibRouter: softib lnetd routes between the kernel
+// node on tcp and a softib node on o2ib: ping and lst brw 1 MiB
+// check=full both ways through it.
+func TestInteropRouteSoftibRouter(t *testing.T) {
+	g := lustre.Boot(t)
+	if g == nil {
+		return
+	}
+	g.LNetUp("tcp")
+	// The o2ib subnet behind the router: a veth pair in the VM's
+	// namespace holding R's and B's o2ib addresses (the kernel here has
+	// no dummy interfaces).
+	nsIP(t, g, "link", "add", "rt0", "type", "veth", "peer", "name", "rt1")
+	nsIP(t, g, "addr", "add", "10.214.0.1/24", "dev", "rt0")
+	nsIP(t, g, "addr", "add", "10.214.0.2/24", "dev", "rt1")
+	nsIP(t, g, "link", "set", "rt0", "up")
+	nsIP(t, g, "link", "set", "rt1", "up")
+	rTCP, rIB, bIB := g.VM.HostIP()+"@tcp", "10.214.0.1@o2ib", "10.214.0.2@o2ib"
+	kTCP := g.NID("tcp")
+	r := lustre.StartLnetd(t, g, lustre.LnetdConfig{YAML: rtLnetdYAML(
+		[][2]string{{"tcp", g.VM.HostIP()}, {"o2ib", "10.214.0.1"}}, nil, true)})
+	b := lustre.StartLnetd(t, g, lustre.LnetdConfig{YAML: rtLnetdYAML(
+		[][2]string{{"o2ib", "10.214.0.2"}}, [][2]string{{"tcp", rIB}}, false)})
+	if _, err := g.Lnetctl(g.Context(), "route", "add", "--net", "o2ib", "--gateway", rTCP, "--hop", "1"); err != nil {
+		t.Fatal(err)
+	}
+	waitKernelRouteUp(t, g, "o2ib")
+	waitSoftibRouteUp(t, b, "tcp")
+	if _, err := g.Ping(g.Context(), bIB); err != nil {
+		t.Fatalf("kernel → softib B through softib R: %v", err)
+	}
+	if _, err := b.Ping(kTCP); err != nil {
+		t.Fatalf("softib B → kernel through softib R: %v", err)
+	}
+	routedLst(t, b, kTCP, bIB, "brw", "write", "size=1M", "check=full")
+	routedLst(t, b, kTCP, bIB, "brw", "read", "size=1M", "check=full")
+	routedLst(t, b, bIB, kTCP, "brw", "write", "size=1M", "check=full")
+	routedLst(t, b, bIB, kTCP, "brw", "read", "size=1M", "check=full")
+	out, _ := r.Ctl("stats", "show")
+	t.Logf("softib router stats:\n%s", out)
+	if !forwarded.MatchString(out) {
+		t.Fatalf("softib router forwarded nothing:\n%s", out)
+	}
+	out, _ = r.Ctl("routing", "show")
+	t.Logf("softib routing show:\n%s", out)
+	out, _ = g.Lnetctl(g.Context(), "stats", "show")
+	t.Logf("kernel stats:\n%s", out)
+}
+
+// TestInteropRouteKernelRouter: the kernel's LNet routes between two
+// softib nodes, A on tcp and B on o2ib: ping and lst brw 1 MiB check=full
+// both ways through it.
+func TestInteropRouteKernelRouter(t *testing.T) {
+	g := lustre.Boot(t)
+	if g == nil {
+		return
+	}
+	// Router buffers that fit the guest's 1 GiB (the defaults would take
+	// 1 GiB of large buffers alone): module parameters, read when routing
+	// is enabled.
+	// Short router-checker times: Lustre 2.17 starts forwarding (and
+	// stops advertising RTE_DISABLED in its ping replies) only after
+	// alive_router_check_interval + router_ping_timeout (LU-15135).
+	g.MustRun("modprobe libcfs && modprobe lnet tiny_router_buffers=512 small_router_buffers=512 large_router_buffers=64" +
+		" alive_router_check_interval=5 router_ping_timeout=5")
+	g.LNetUp()
+	if _, err := g.Lnetctl(g.Context(), "set", "routing", "1"); err != nil {
+		t.Fatal(err)
+	}
+	var out string
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		out, _ = g.Lnetctl(g.Context(), "routing", "show")
+		if strings.Contains(out, "enable: 1") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kernel forwarding not enabled:\n%s", out)
+		}
+		time.Sleep(2 * time.Second)
+	}
+	t.Logf("kernel routing show:\n%s", out)
+	bIP := "192.168.77.3"
+	nsIP(t, g, "addr", "add", bIP+"/24", "dev", g.VM.Tap())
+	aTCP, bIB := g.VM.HostIP()+"@tcp", bIP+"@o2ib"
+	a := lustre.StartLnetd(t, g, lustre.LnetdConfig{YAML: rtLnetdYAML(
+		[][2]string{{"tcp", g.VM.HostIP()}}, [][2]string{{"o2ib", g.NID("tcp")}}, false)})
+	b := lustre.StartLnetd(t, g, lustre.LnetdConfig{YAML: rtLnetdYAML(
+		[][2]string{{"o2ib", bIP}}, [][2]string{{"tcp", g.NID("o2ib")}}, false)})
+	waitSoftibRouteUp(t, a, "o2ib")
+	waitSoftibRouteUp(t, b, "tcp")
+	if _, err := a.Ping(bIB); err != nil {
+		t.Fatalf("softib A → softib B through the kernel: %v", err)
+	}
+	if _, err := b.Ping(aTCP); err != nil {
+		t.Fatalf("softib B → softib A through the kernel: %v", err)
+	}
+	routedLst(t, a, aTCP, bIB, "brw", "write", "size=1M", "check=full")
+	routedLst(t, a, aTCP, bIB, "brw", "read", "size=1M", "check=full")
+	routedLst(t, a, bIB, aTCP, "brw", "write", "size=1M", "check=full")
+	out, _ = g.Lnetctl(g.Context(), "stats", "show")
+	t.Logf("kernel router stats:\n%s", out)
+	if !forwarded.MatchString(out) {
+		t.Fatalf("the kernel forwarded nothing:\n%s", out)
+	}
+	out, _ = g.Lnetctl(g.Context(), "routing", "show")
+	t.Logf("kernel routing show:\n%s", out)
+}

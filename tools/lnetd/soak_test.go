@@ -257,6 +257,19 @@ func TestSoakLNetStorm(t *testing.T) {
 		waitUntil(t, "a verified PUT and GET from C over o2ib", func() bool { return soakPutGet(t, c, ib(from), 3, 1<<20) })
 	}
 
+	// Nothing is left behind on the nodes that stayed up: every message
+	// of the storm (to C's dead incarnations too) was finalized.
+	var lstats []string
+	for _, n := range []*procNode{a, b} {
+		var st Map
+		waitUntil(t, n.name+"'s messages to be finalized", func() bool {
+			st = n.doc("stats", "show").Get("statistics").(Map)
+			return st.Get("msgs_alloc") == int64(0)
+		})
+		lstats = append(lstats, fmt.Sprintf("%s: %v sent, %v received, %v errors, %v dropped, msgs_max %v", n.name,
+			st.Get("send_count"), st.Get("recv_count"), st.Get("errors"), st.Get("drop_count"), st.Get("msgs_max")))
+	}
+
 	var ok, failed, bytes int64
 	var per []string
 	for _, st := range streams {
@@ -268,9 +281,9 @@ func TestSoakLNetStorm(t *testing.T) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	t.Logf("soak lnet storm: %d workers, %d verified PUT/GETs (%.0f/s, %.1f MiB/s), %d failed with an error event (all to or from C), "+
-		"C killed and restarted %d times (down %.1fs in all; every stream verified again at most %.1fs after a restart), %.1fs; %s; RSS of the lnetds: %s",
+		"C killed and restarted %d times (down %.1fs in all; every stream verified again at most %.1fs after a restart), %.1fs; %s; LNet %s; RSS of the lnetds: %s",
 		len(streams)*workers, ok, float64(ok)/stormed.Seconds(), float64(bytes)/(1<<20)/stormed.Seconds(), failed,
-		kills, downtime.Seconds(), recovery.Seconds(), stormed.Seconds(), strings.Join(per, ", "), soakRSS(nodes))
+		kills, downtime.Seconds(), recovery.Seconds(), stormed.Seconds(), strings.Join(per, ", "), strings.Join(lstats, "; "), soakRSS(nodes))
 }
 
 // soakWorker runs PUT, receiver check, GET rounds on one slot of st's

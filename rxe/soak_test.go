@@ -622,7 +622,10 @@ func TestSoakRCQPs(t *testing.T) {
 		var devs []*rxe.Device
 		for i := range soakDevs {
 			a := netip.AddrPortFrom(netip.MustParseAddr(fmt.Sprintf("fd00:50a::%d", i+1)), 4791)
-			devs = append(devs, openDev(t, rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: a.Addr()}, Conn: nw.Endpoint(a)}))
+			// Half the devices advertise end-to-end credits: their peers'
+			// SENDs wait for posted receives (and probe when idle).
+			devs = append(devs, openDev(t, rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: a.Addr()}, Conn: nw.Endpoint(a),
+				AdvertiseCredits: i%2 == 0}))
 		}
 		// A switch buffer big enough that the faults, not overflow, set
 		// the loss rate.

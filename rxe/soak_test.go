@@ -101,6 +101,13 @@ type soakSide struct {
 
 	mu   sync.Mutex
 	msgs []soakMsg // messages sent to the peer, not yet received there
+
+	// eng is held by whoever runs this side's requester and receive
+	// bookkeeping: its device poller, or the churner resetting the pair.
+	eng      sync.Mutex
+	paused   atomic.Bool  // the churner is draining the pair: post nothing new
+	inflight atomic.Int64 // send WRs posted and not yet completed
+	opts     connOpts     // the pair's connection (on the even side)
 }
 
 // soakPattern fills b with the bytes of (qp id, seq).
@@ -121,13 +128,15 @@ const soakReadSeq = 1 << 62
 
 // soakRun is one soak run over a set of devices.
 type soakRun struct {
-	t     *testing.T
-	sides []*soakSide
-	byQPN [soakDevs]map[uint32]*soakSide
-	cqs   [soakDevs]verbs.CQ
-	stop  atomic.Bool // no new send WRs
-	quit  atomic.Bool // pollers exit
-	fail  atomic.Pointer[string]
+	t      *testing.T
+	devs   []*rxe.Device
+	resets int // pairs reset and reconnected mid-stream (churn)
+	sides  []*soakSide
+	byQPN  [soakDevs]map[uint32]*soakSide
+	cqs    [soakDevs]verbs.CQ
+	stop   atomic.Bool // no new send WRs
+	quit   atomic.Bool // pollers exit
+	fail   atomic.Pointer[string]
 
 	posted, completed, recvd atomic.Uint64
 	bytes                    atomic.Uint64
@@ -252,6 +261,7 @@ func (r *soakRun) postNext(s *soakSide) {
 		r.failf("qp %d: post %v seq %d: %d, %v", s.id, op, seq, n, err)
 		return
 	}
+	s.inflight.Add(1)
 	r.posted.Add(1)
 	r.opsByKind[kind].Add(1)
 }
@@ -289,6 +299,7 @@ func (r *soakRun) sendDone(s *soakSide, wc *verbs.WC, scratch []byte) {
 		return
 	}
 	s.done++
+	s.inflight.Add(-1)
 	r.completed.Add(1)
 	r.bytes.Add(uint64(o.size))
 	p := s.peer
@@ -390,14 +401,16 @@ func (r *soakRun) poll(d int, wg *sync.WaitGroup) {
 				r.failf("dev %d: completion for unknown QPN %#x: %+v", d, wc.QPN, *wc)
 				continue
 			}
+			s.eng.Lock()
 			if wc.Opcode&verbs.WCRecv != 0 {
 				r.recvDone(s, wc, scratch)
-				continue
+			} else {
+				r.sendDone(s, wc, scratch)
+				if !r.stop.Load() && !s.paused.Load() && s.seq-s.done < soakWin {
+					r.postNext(s)
+				}
 			}
-			r.sendDone(s, wc, scratch)
-			if !r.stop.Load() && s.seq-s.done < soakWin {
-				r.postNext(s)
-			}
+			s.eng.Unlock()
 		}
 	}
 }
@@ -406,7 +419,7 @@ func (r *soakRun) poll(d int, wg *sync.WaitGroup) {
 // across devices, each pair with its own path MTU and local ACK timeout
 // (taken in turn from timeouts).
 func soakSetup(t *testing.T, devs []*rxe.Device, timeouts []uint8) *soakRun {
-	r := &soakRun{t: t}
+	r := &soakRun{t: t, devs: devs}
 	all := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
 	pds := make([]verbs.PD, len(devs))
 	for d, dev := range devs {
@@ -444,10 +457,10 @@ func soakSetup(t *testing.T, devs []*rxe.Device, timeouts []uint8) *soakRun {
 		if i%2 == 1 {
 			a := r.sides[i-1]
 			a.peer, s.peer = s, a
-			o := connOpts{mtu: mtus[p%len(mtus)], timeout: timeouts[p%len(timeouts)], retry: 7, rnrRetry: 7, minRNR: 1}
-			ea, eb := &end{dev: devs[a.dev], qp: a.qp}, &end{dev: devs[s.dev], qp: s.qp}
-			connect(t, ea, eb, o)
-			connect(t, eb, ea, o)
+			a.opts = connOpts{mtu: mtus[p%len(mtus)], timeout: timeouts[p%len(timeouts)], retry: 7, rnrRetry: 7, minRNR: 1}
+			if err := r.connect(a, 0xFFFFF0, 0xFFFFF0); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	return r
@@ -473,6 +486,8 @@ func (r *soakRun) run(d time.Duration, devs []*rxe.Device) string {
 		wg.Add(1)
 		go r.poll(dv, &wg)
 	}
+	churned := make(chan struct{})
+	go r.churn(churned)
 	defer func() {
 		r.quit.Store(true)
 		wg.Wait()
@@ -496,6 +511,7 @@ func (r *soakRun) run(d time.Duration, devs []*rxe.Device) string {
 	liveHeap := ms.HeapAlloc
 	r.stop.Store(true)
 	streamed := time.Since(start)
+	<-churned
 	// Drain: every WR posted completes (infinite retries); hang guard.
 	drainStart := time.Now()
 	guard := drainStart.Add(90 * time.Second)
@@ -551,9 +567,9 @@ func (r *soakRun) run(d time.Duration, devs []*rxe.Device) string {
 	for i, m := range soakMix {
 		kinds = append(kinds, fmt.Sprintf("%v %d", m.op, r.opsByKind[i].Load()))
 	}
-	return fmt.Sprintf("%d QPs on %d devices: %d WRs (%.0f/s; %s), %d receives, %.1f MiB in %.1fs + drain %.2fs; %s; heap: live %.0f MiB at full load, peak in use %.0f MiB",
+	return fmt.Sprintf("%d QPs on %d devices: %d WRs (%.0f/s; %s), %d receives, %.1f MiB in %.1fs + drain %.2fs, %d pairs reset and reconnected; %s; heap: live %.0f MiB at full load, peak in use %.0f MiB",
 		len(r.sides), len(devs), r.completed.Load(), float64(r.completed.Load())/streamed.Seconds(), joinComma(kinds),
-		r.recvd.Load(), float64(r.bytes.Load())/(1<<20), streamed.Seconds(), drain.Seconds(), r.statLine(devs), float64(liveHeap)/(1<<20), float64(peakHeap)/(1<<20))
+		r.recvd.Load(), float64(r.bytes.Load())/(1<<20), streamed.Seconds(), drain.Seconds(), r.resets, r.statLine(devs), float64(liveHeap)/(1<<20), float64(peakHeap)/(1<<20))
 }
 
 func joinComma(s []string) string {
@@ -598,6 +614,100 @@ func (r *soakRun) stuck(devs []*rxe.Device) string {
 	}
 	fmt.Fprintf(&b, "%d QPs stuck; %s", n, r.statLine(devs))
 	return b.String()
+}
+
+// connect moves the pair of a (an even side) from RESET to RTS, a
+// sending from PSN pa and its peer from pb (soakSetup, churn).
+func (r *soakRun) connect(a *soakSide, pa, pb uint32) error {
+	all := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+	o := a.opts
+	for _, x := range []struct {
+		s      *soakSide
+		sq, rq uint32
+	}{{a, pa, pb}, {a.peer, pb, pa}} {
+		q, peer := x.s.qp, x.s.peer
+		var err error
+		mod := func(at verbs.QPAttr, m verbs.QPAttrMask) {
+			if err == nil {
+				if err = q.Modify(&at, m); err != nil {
+					err = fmt.Errorf("qp %d: modify to %v: %w", x.s.id, at.State, err)
+				}
+			}
+		}
+		mod(verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1, AccessFlags: all}, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags)
+		mod(verbs.QPAttr{State: verbs.QPStateRTR, AH: ahTo(r.devs[peer.dev]), PathMTU: o.mtu, DestQPN: peer.qp.QPN(), RQPSN: x.rq,
+			MaxDestRdAtomic: 16, MinRNRTimer: o.minRNR},
+			verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer)
+		mod(verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: x.sq, Timeout: o.timeout, RetryCnt: o.retry, RNRRetry: o.rnrRetry, MaxRdAtomic: 16},
+			verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// churn resets and reconnects one pair after another until stop: it
+// pauses the pair, waits until everything posted completed and every
+// message was received, takes both QPs through RESET (which discards
+// the posted receives) back to RTS with fresh random PSNs, reposts the
+// receives and resumes the stream. Stale packets of the old connection
+// still in the network must not disturb the new one.
+func (r *soakRun) churn(done chan<- struct{}) {
+	defer close(done)
+	rng := rand.New(rand.NewPCG(7, 7))
+	for !r.stop.Load() {
+		a := r.sides[2*rng.IntN(len(r.sides)/2)]
+		b := a.peer
+		a.paused.Store(true)
+		b.paused.Store(true)
+		guard := time.Now().Add(60 * time.Second)
+		for {
+			a.eng.Lock()
+			b.eng.Lock()
+			a.mu.Lock()
+			b.mu.Lock()
+			drained := a.inflight.Load() == 0 && b.inflight.Load() == 0 && len(a.msgs) == 0 && len(b.msgs) == 0
+			b.mu.Unlock()
+			a.mu.Unlock()
+			if drained {
+				break
+			}
+			b.eng.Unlock()
+			a.eng.Unlock()
+			if time.Now().After(guard) || r.fail.Load() != nil {
+				r.failf("churn: pair %d/%d did not drain: %d and %d WRs outstanding", a.id, b.id, a.inflight.Load(), b.inflight.Load())
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+		for _, s := range []*soakSide{a, b} {
+			if err := s.qp.Modify(&verbs.QPAttr{State: verbs.QPStateReset}, verbs.QPAttrState); err != nil {
+				r.failf("churn: qp %d: reset: %v", s.id, err)
+			}
+		}
+		if err := r.connect(a, rng.Uint32()&0xFFFFFF, rng.Uint32()&0xFFFFFF); err != nil {
+			r.failf("churn: %v", err)
+		}
+		for _, s := range []*soakSide{a, b} {
+			s.recvDone = s.recvPost // discarded by the reset
+			for range soakWin {
+				r.postRecv(s)
+			}
+		}
+		for _, s := range []*soakSide{a, b} {
+			s.paused.Store(false)
+			for range soakWin {
+				if !r.stop.Load() {
+					r.postNext(s)
+				}
+			}
+		}
+		b.eng.Unlock()
+		a.eng.Unlock()
+		r.resets++
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // TestSoakRCQPs: 1,000 RC QPs on 4 devices, connected in pairs across

@@ -229,6 +229,7 @@ func TestInteropRouteKernelRouter(t *testing.T) {
 	routedLst(t, a, aTCP, bIB, "brw", "write", "size=1M", "check=full")
 	routedLst(t, a, aTCP, bIB, "brw", "read", "size=1M", "check=full")
 	routedLst(t, a, bIB, aTCP, "brw", "write", "size=1M", "check=full")
+	routedLst(t, a, bIB, aTCP, "brw", "read", "size=1M", "check=full")
 	out, _ = g.Lnetctl(g.Context(), "stats", "show")
 	t.Logf("kernel router stats:\n%s", out)
 	if !forwarded.MatchString(out) {

@@ -7,6 +7,7 @@
 #   SOAK_COUNT     -count of the race runs (default 5)
 #   SOAK_FUZZTIME  -fuzztime per fuzz target (default 8s: 33 targets, about 6 min with the builds)
 #   SOAK_RACE_PKGS packages of the race runs (default below)
+#   SOFTIB_SOAK_SECONDS  duration of each bounded soak test (default 60)
 #
 # A fuzz failure leaves its input in the package's testdata/fuzz/FuzzX/:
 # add that file with the fix, so the plain test run keeps checking it.
@@ -44,6 +45,15 @@ echo "== soak: go test -race -count=$count, one package at a time"
 for p in $race_pkgs; do
 	step "race $p" go test -race -count="$count" -timeout 30m "$p"
 done
+
+echo "== soak: bounded soaks (${SOFTIB_SOAK_SECONDS:-60} s each)"
+# One after the other: run together they would compete for two cores.
+step "soak rxe TestSoakRCQPs" env SOFTIB_SOAK=1 SOFTIB_SOAK_SECONDS="${SOFTIB_SOAK_SECONDS:-60}" \
+	go test -v -run '^TestSoakRCQPs$' -count=1 -timeout 10m ./rxe
+step "soak lnetd TestSoakLNetStorm" env SOFTIB_SOAK=1 SOFTIB_SOAK_SECONDS="${SOFTIB_SOAK_SECONDS:-60}" \
+	go test -v -run '^TestSoakLNetStorm$' -count=1 -timeout 10m ./tools/lnetd
+# Their one-line summaries (ops, retransmits, drops, heap).
+grep -h '_test.go:[0-9]*: soak ' "$logdir"/soak_*.log 2>/dev/null || true
 
 echo "== soak: fuzz targets, $fuzztime each"
 # Package dir and target name of every fuzz target in the repository.

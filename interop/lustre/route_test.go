@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"softib/interop/lustre"
 	"softib/internal/tsharktest"
+	"softib/interop/lustre"
 )
 
 // Issue #12 against the Lustre 2.17 kernel: LNet routing between the

@@ -634,3 +634,62 @@ func TestRouterDisableDropsQueued(t *testing.T) {
 	tr.net.Hold(false)
 	tr.net.Release(-1)
 }
+
+// TestRouterChain: A (tcp) - R1 (tcp, tcp1) - R2 (tcp1, tcp2) - B (tcp2):
+// a routed message goes through two routers; A's route through R1 is
+// multi-hop (R1 has no NI on tcp2) and stays up; Dist counts the hops.
+func TestRouterChain(t *testing.T) {
+	n := lndtest.New(lnetwire.SOCKLND)
+	l := []lnd.LND{n.LND()}
+	g := fastChecker()
+	var (
+		a   = lnetwire.MustParseNID("10.0.0.1@tcp")
+		r10 = lnetwire.MustParseNID("10.0.0.2@tcp")
+		r11 = lnetwire.MustParseNID("10.0.1.2@tcp1")
+		r21 = lnetwire.MustParseNID("10.0.1.3@tcp1")
+		r22 = lnetwire.MustParseNID("10.0.2.3@tcp2")
+		b   = lnetwire.MustParseNID("10.0.2.9@tcp2")
+	)
+	tcp2 := mustNet("tcp2")
+	ia := rtNode(t, l, lnet.RouterConfig{}, g, lnd.Tunables{}, a)
+	ir1 := rtNode(t, l, lnet.RouterConfig{Enabled: true}, g, lnd.Tunables{}, r10, r11)
+	ir2 := rtNode(t, l, lnet.RouterConfig{Enabled: true}, g, lnd.Tunables{}, r21, r22)
+	ib := rtNode(t, l, lnet.RouterConfig{}, g, lnd.Tunables{}, b)
+	addRoute(t, ia, tcp1, r10, 1, 0)
+	addRoute(t, ia, tcp2, r10, 2, 0)
+	addRoute(t, ir1, tcp2, r21, 1, 0)
+	addRoute(t, ir2, tcp, r11, 1, 0)
+	addRoute(t, ib, tcp1, r22, 1, 0)
+	addRoute(t, ib, tcp, r22, 2, 0)
+	// Let the checkers see every gateway's ping reply.
+	time.Sleep(500 * time.Millisecond)
+	for _, in := range []*lnet.Instance{ia, ir1, ir2, ib} {
+		for _, r := range in.Routes() {
+			if !r.Alive {
+				t.Fatalf("route %+v down", r)
+			}
+		}
+	}
+	for _, r := range ia.Routes() {
+		if r.Net == tcp2 && !r.MultiHop {
+			t.Fatalf("A's route to tcp2 via R1 is not multi-hop: %+v", r)
+		}
+	}
+	if d, _, _, err := ia.Dist(b); err != nil || d != 3 {
+		t.Fatalf("Dist(B) = %d, %v; want 3", d, err)
+	}
+	// testPutGet counts B's MDs: no checker pings from here on.
+	for _, in := range []*lnet.Instance{ia, ib} {
+		in.SetGlobals(noChecker())
+	}
+	waitFor(t, "pings done", func() bool { return ia.Stats().MDs == 1 && ib.Stats().MDs == 1 })
+	eqA, _ := ia.EQAlloc(64, nil)
+	eqB, _ := ib.EQAlloc(64, nil)
+	testPutGet(t, ia, ib, eqA, eqB, lnetwire.ProcessID{NID: b, PID: ib.PID()}, 300000, 2)
+	if c1, c2 := ir1.Stats().RouteCount, ir2.Stats().RouteCount; c1 < 4 || c2 < 4 {
+		t.Fatalf("route counts R1 %d R2 %d", c1, c2)
+	}
+	if _, err := ia.Ping(context.Background(), lnetwire.ProcessID{NID: b}, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}

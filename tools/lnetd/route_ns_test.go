@@ -426,3 +426,29 @@ func TestE2ERouteFailover(t *testing.T) {
 		t.Fatal("restarted R1 carries no traffic")
 	}
 }
+
+// TestE2ERoutePerf measures lst brw write 1 MiB through a softib router
+// (tcp → tcp1) against the same between two nodes on one subnet (tcp),
+// alternating, and logs the ratio (the issue's ≥ 0.8× goal; not asserted:
+// the machine is shared).
+func TestE2ERoutePerf(t *testing.T) {
+	tp := newRtTopo(t)
+	nsA, ipA := tp.node(1, 1)
+	nsR, ipR := tp.node(2, 1, 2)
+	nsB, ipB := tp.node(3, 2)
+	nsC, ipC := tp.node(4, 1)
+	aNI, rA, rB, bNI, cNI := rtNI{"tcp", ipA[0]}, rtNI{"tcp", ipR[0]}, rtNI{"tcp1", ipR[1]}, rtNI{"tcp1", ipB[0]}, rtNI{"tcp", ipC[0]}
+	tp.start("R", nsR, []rtNI{rA, rB}, "", true, "")
+	a := tp.start("A", nsA, []rtNI{aNI}, rtRoute("tcp1", rA), false, "")
+	b := tp.start("B", nsB, []rtNI{bNI}, rtRoute("tcp", rB), false, "")
+	tp.start("C", nsC, []rtNI{cNI}, "", false, "")
+	waitRoutes(t, a, "tcp1", "up", rA)
+	waitRoutes(t, b, "tcp", "up", rB)
+	var direct, routed float64
+	for range 2 {
+		direct += lstClean(t, a, aNI.nid(), cNI.nid(), 8, "brw", "write", "size=1M", "check=simple").MiBRate
+		routed += lstClean(t, a, aNI.nid(), bNI.nid(), 8, "brw", "write", "size=1M", "check=simple").MiBRate
+	}
+	t.Logf("lst brw write 1 MiB, concurrency 8: direct tcp %.1f MiB/s, through a softib router tcp→tcp1 %.1f MiB/s: %.2f×",
+		direct/2, routed/2, routed/direct)
+}

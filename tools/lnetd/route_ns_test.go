@@ -452,3 +452,18 @@ func TestE2ERoutePerf(t *testing.T) {
 	t.Logf("lst brw write 1 MiB, concurrency 8: direct tcp %.1f MiB/s, through a softib router tcp→tcp1 %.1f MiB/s: %.2f×",
 		direct/2, routed/2, routed/direct)
 }
+
+// TestE2ERouteO2IBToO2IB1: a router between two RDMA nets (two soft-RoCE
+// devices in the router): the RDMA of each hop happens on that hop.
+func TestE2ERouteO2IBToO2IB1(t *testing.T) {
+	a, r, b, aNI, _, _, bNI := rtTrio(t, "o2ib", "o2ib1", "")
+	a.ctl("ping", bNI.nid(), "--timeout", "10s")
+	putGetVia(t, a, b, bNI.nid(), 1<<20, 0, 1)
+	putGetVia(t, b, a, aNI.nid(), 5000, 1, 2)
+	lstClean(t, a, aNI.nid(), bNI.nid(), 8, "brw", "write", "size=1M", "check=full")
+	lstClean(t, a, aNI.nid(), bNI.nid(), 8, "brw", "read", "size=1M", "check=full")
+	if routeCount(r) == 0 {
+		t.Fatal("R forwarded nothing")
+	}
+	checkPoolsIdle(t, r)
+}

@@ -74,10 +74,15 @@ func TestPeerProcessRestart(t *testing.T) {
 				putGet(t, a, b2.x, 4096, 4, 1)
 			} else {
 				// The core may still hold B down from the old connection's
-				// close; retry until through (hang guard only).
-				waitFor(t, "connection to the restarted peer", func() bool {
+				// close; retry until through (hang guard only). Conns > 0
+				// holds from the start (the old connection is still up,
+				// checked above), so wait for a new connection that has
+				// replaced it: a message sent on the old one is lost with
+				// it, and under load the first putGet could still pick it.
+				est := a.drv().Stats().ConnsEstablished.Load()
+				waitFor(t, "a new connection to the restarted peer", func() bool {
 					putExpectFailOrOK(t, a, b2.x)
-					return a.drv().Conns(b2.x.nid) > 0
+					return a.drv().Stats().ConnsEstablished.Load() > est && a.drv().Conns(b2.x.nid) == 1
 				})
 				putGet(t, a, b2.x, 1<<20, 3, 1)
 				putGet(t, b2.x, a, 4096, 4, 1)

@@ -15,7 +15,6 @@ import (
 	"softib/wire/lnetwire"
 )
 
-
 // fin is one Finalize call.
 type fin struct {
 	msg    *lnd.Msg

@@ -102,6 +102,14 @@ type netIface struct {
 
 	sendCount, recvCount, dropCount uint64
 
+	// Router NI status (router.c lnet_update_ni_status_locked): the
+	// last time a ping from another node arrived on this NI (ns since
+	// Instance.start; net_last_alive), and whether this router reports
+	// the NI down in its ping replies because none came for
+	// RouterPingTimeout + LiveRouterCheckInterval.
+	lastPinged int64
+	statusDown bool
+
 	// calls counts driver calls in progress (Send, Recv, EagerRecv), so
 	// shutdown can wait for them before Driver.Shutdown.
 	calls sync.WaitGroup
@@ -129,6 +137,11 @@ func New(cfg Config) (*Instance, error) {
 	}
 	in.router.init(cfg.Router)
 	in.rc.ctx, in.rc.cancel = context.WithCancel(context.Background())
+	if in.router.on {
+		in.mu.Lock()
+		in.startNIStatusLocked()
+		in.mu.Unlock()
+	}
 	if in.log == nil {
 		in.log = slog.Default()
 	}
@@ -191,7 +204,8 @@ func (in *Instance) AddNet(nc NetConfig) error {
 	}
 	nc.Interfaces = slices.Clone(nc.Interfaces)
 	ni := &netIface{lnd: l, cfg: nc, lo: nc.Net.Type() == lnetwire.LOLND,
-		txCredits: tun.Credits, minTxCredits: tun.Credits, maxTxCredits: tun.Credits}
+		txCredits: tun.Credits, minTxCredits: tun.Credits, maxTxCredits: tun.Credits,
+		lastPinged: int64(time.Since(in.start))}
 	ni.ni = lnd.NewNI((*host)(in), lnd.NIConfig{
 		NID:        lnetwire.MakeNID(nc.Net, nc.Addr),
 		PID:        in.pid,
@@ -369,6 +383,9 @@ func (in *Instance) Close() error {
 	}
 	if in.rc.timer != nil {
 		in.rc.timer.Stop()
+	}
+	if in.router.statusTimer != nil {
+		in.router.statusTimer.Stop()
 	}
 	in.mu.Unlock()
 	in.rc.wg.Wait()

@@ -46,7 +46,11 @@ func (in *Instance) pingInfoLocked() lnetwire.PingInfo {
 		if ni.lo || !ni.ready || ni.down {
 			continue
 		}
-		info.NIs = append(info.NIs, lnetwire.PingNI{NID: ni.nid(), Status: lnetwire.PingStatusUp})
+		st := lnetwire.PingStatusUp
+		if ni.statusDown && in.router.on {
+			st = lnetwire.PingStatusDown
+		}
+		info.NIs = append(info.NIs, lnetwire.PingNI{NID: ni.nid(), Status: st})
 	}
 	return info
 }

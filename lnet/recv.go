@@ -87,6 +87,7 @@ func (in *Instance) parse(lni *lnd.NI, hdr *lnetwire.Header, from lnetwire.NID, 
 		in.mu.Unlock()
 		return lnd.ErrShutdown
 	}
+	in.pingedLocked(ni, hdr)
 	dst := hdr.DestNID
 	if in.byNID[dst] == nil && !(ni.lo && dst == lnetwire.NIDLo0) {
 		// Not for us: the rules of lnet_parse for messages to forward.

@@ -744,3 +744,36 @@ func TestRouterMemory(t *testing.T) {
 	}
 	t.Logf("1,000 routed sends (route lookup among 10,000 routes): %v", time.Since(start))
 }
+
+// TestRouterNIStatus: a router reports an NI down in its ping replies
+// when no node pinged it for router_ping_timeout + the live interval, so
+// single-hop routes to that net through it go down; a ping on that net
+// brings it back up.
+func TestRouterNIStatus(t *testing.T) {
+	n := lndtest.New(lnetwire.SOCKLND)
+	l := []lnd.LND{n.LND()}
+	g := fastChecker()
+	g.RouterPingTimeout = 300 * time.Millisecond
+	a := rtNode(t, l, lnet.RouterConfig{}, g, lnd.Tunables{}, rtA)
+	rtNode(t, l, lnet.RouterConfig{Enabled: true}, g, lnd.Tunables{}, rtR0, rtR1)
+	b := rtNode(t, l, lnet.RouterConfig{}, g, lnd.Tunables{}, rtB)
+	addRoute(t, a, tcp1, rtR0, 1, 0)
+	// Nobody pings R on tcp1: after 0.5 s (+ the 1 s tick) R says so.
+	waitFor(t, "route down", func() bool { return routesDown(a) })
+	res, err := a.Ping(context.Background(), lnetwire.ProcessID{NID: rtR0}, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range res.NIDs {
+		want := lnetwire.PingStatusUp // tcp: A's pings keep it up
+		if e.NID == rtR1 {
+			want = lnetwire.PingStatusDown
+		}
+		if e.Status != want {
+			t.Fatalf("R reports %v status %#x, want %#x", e.NID, e.Status, want)
+		}
+	}
+	// B's router checker pings R on tcp1: up again, and A's route too.
+	addRoute(t, b, tcp, rtR1, 1, 0)
+	waitFor(t, "route up", func() bool { rs := a.Routes(); return len(rs) == 1 && rs[0].Alive })
+}

@@ -28,6 +28,7 @@ package lnet
 
 import (
 	"fmt"
+	"time"
 
 	"softib/lnet/lnd"
 	"softib/wire/lnetwire"
@@ -104,6 +105,8 @@ type routerState struct {
 	cfg   RouterConfig // with defaults applied
 	on    bool
 	pools [nPools]rtrPool
+	// statusTimer runs updateNIStatus every second while routing is on.
+	statusTimer *time.Timer
 }
 
 func (rs *routerState) init(rc RouterConfig) {
@@ -175,6 +178,13 @@ func (in *Instance) SetRouter(rc RouterConfig) {
 		}
 	}
 	if wasOn != rs.on {
+		if rs.on {
+			in.startNIStatusLocked()
+		} else {
+			for _, ni := range in.nis {
+				ni.statusDown = false
+			}
+		}
 		in.updatePingLocked()
 	}
 	in.mu.Unlock()
@@ -439,5 +449,68 @@ func (in *Instance) dropRouted(q *msgQueue, status error) {
 		_ = ni.drv.Recv(private, nil, true, lnd.IOV{}, rlen)
 		ni.calls.Done()
 		in.finalize(m, status)
+	}
+}
+
+// niStatusPeriod is how often a router re-judges its NIs' status (the
+// router checker's one-second tick).
+const niStatusPeriod = time.Second
+
+// startNIStatusLocked starts the NI status tick of a router: every NI
+// counts as just pinged.
+func (in *Instance) startNIStatusLocked() {
+	now := int64(time.Since(in.start))
+	for _, ni := range in.nis {
+		ni.lastPinged = now
+	}
+	if in.router.statusTimer == nil {
+		in.router.statusTimer = time.AfterFunc(niStatusPeriod, in.updateNIStatus)
+		return
+	}
+	in.router.statusTimer.Reset(niStatusPeriod)
+}
+
+// updateNIStatus is lnet_update_ni_status_locked: a router reports an NI
+// down in its ping replies when no other node pinged it for
+// RouterPingTimeout + LiveRouterCheckInterval (its peers' router checkers
+// ping every live interval), so that their routes through it to that net
+// go down (avoid_asym_router_failure). The first ping that arrives marks
+// it up again (pingedLocked).
+func (in *Instance) updateNIStatus() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.closed || !in.router.on {
+		return
+	}
+	g := in.globals
+	if g.LiveRouterCheckInterval > 0 {
+		limit := int64(time.Since(in.start)) - int64(g.RouterPingTimeout+g.LiveRouterCheckInterval)
+		changed := false
+		for _, ni := range in.nis {
+			if ni.lo || ni.statusDown || ni.lastPinged >= limit {
+				continue
+			}
+			ni.statusDown = true
+			changed = true
+			in.log.Warn("lnet: no ping on NI for the router checker's time: reporting it down", "ni", ni.nid())
+		}
+		if changed {
+			in.updatePingLocked()
+		}
+	}
+	in.router.statusTimer.Reset(niStatusPeriod)
+}
+
+// pingedLocked records a ping (a GET on the reserved portal from another
+// node) arriving on ni of a router (lnet_parse's net_last_alive); an NI
+// reported down is up again, in the reply to this very ping.
+func (in *Instance) pingedLocked(ni *netIface, hdr *lnetwire.Header) {
+	if !in.router.on || ni.lo || hdr.Type != lnetwire.MsgGET || hdr.Portal != ReservedPortal || in.byNID[hdr.SrcNID] != nil {
+		return
+	}
+	ni.lastPinged = int64(time.Since(in.start))
+	if ni.statusDown {
+		ni.statusDown = false
+		in.updatePingLocked()
 	}
 }

@@ -78,7 +78,12 @@ func rtLnetdYAML(nis [][2]string, routes [][2]string, routing bool) string {
 		}
 	}
 	if routing {
-		b.WriteString("routing:\n    enable: 1\n")
+		// A router reports an NI down when nobody pinged it for its
+		// router_ping_timeout + alive interval; the kernel pings its
+		// gateways every 60 s (alive_router_check_interval): Lustre's
+		// defaults (50 + 60 s) cover that.
+		b.WriteString("routing:\n    enable: 1\nglobal:\n    transaction_timeout: 60\n")
+		return b.String()
 	}
 	b.WriteString(`global:
     transaction_timeout: 60

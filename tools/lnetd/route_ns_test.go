@@ -115,8 +115,13 @@ func rtYAML(nis []rtNI, routes string, routing bool, extra string) string {
 	if routes != "" {
 		b.WriteString("route:\n" + routes)
 	}
+	pingTimeout := rtPingTimeout
 	if routing {
 		b.WriteString("routing:\n    enable: 1\n")
+		// A router reports an NI down when no ping came on it for its
+		// router_ping_timeout + live interval: leave room for pings
+		// delayed on a loaded machine.
+		pingTimeout = 10
 	}
 	fmt.Fprintf(&b, `global:
     accept_port: 988
@@ -125,7 +130,7 @@ func rtYAML(nis []rtNI, routes string, routing bool, extra string) string {
     router_ping_timeout: %d
     live_router_check_interval: %d
     dead_router_check_interval: %d
-`, rtPingTimeout, rtCheck, rtCheck)
+`, pingTimeout, rtCheck, rtCheck)
 	b.WriteString(extra)
 	return b.String()
 }

@@ -55,6 +55,20 @@ step "soak lnetd TestSoakLNetStorm" env SOFTIB_SOAK=1 SOFTIB_SOAK_SECONDS="${SOF
 # Their one-line summaries (ops, retransmits, drops, heap).
 grep -h '_test.go:[0-9]*: soak ' "$logdir"/soak_*.log 2>/dev/null || true
 
+# fuzz_one DIR NAME fuzzes one target; a pattern that matches no target
+# (go test then only warns) is a failure, not a pass.
+fuzz_one() {
+	local out
+	out=$(go test -run '^$' -fuzz "^$2\$" -fuzztime "$fuzztime" "$1" 2>&1)
+	local rc=$?
+	echo "$out"
+	if grep -q 'no fuzz tests to fuzz' <<<"$out"; then
+		echo "no fuzz target $2 in $1"
+		return 1
+	fi
+	return $rc
+}
+
 echo "== soak: fuzz targets, $fuzztime each"
 # Package dir and target name of every fuzz target in the repository.
 mapfile -t targets < <(grep -rn -E '^func Fuzz[A-Za-z0-9_]*\(' --include='*_test.go' --exclude-dir=.git . |
@@ -62,7 +76,7 @@ mapfile -t targets < <(grep -rn -E '^func Fuzz[A-Za-z0-9_]*\(' --include='*_test
 for t in "${targets[@]}"; do
 	dir=${t% *}
 	name=${t#* }
-	step "fuzz ./$dir $name" go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "./$dir"
+	step "fuzz ./$dir $name" fuzz_one "./$dir" "$name"
 done
 
 if [ "$fail" -gt 0 ]; then

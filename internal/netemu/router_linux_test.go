@@ -38,6 +38,10 @@ type arrival struct {
 // udpFlow sends n numbered datagrams of size bytes from host from to
 // host to (IPv6 if v6), then calls between, then resends an end marker
 // until it arrives, and returns the data datagrams in arrival order.
+// endMarkers is how many end markers the receiver of udpFlow waits for:
+// more than the largest ReorderGap the tests use.
+const endMarkers = 4
+
 func udpFlow(t *testing.T, from, to *netemu.Host, v6 bool, n, size int, between func()) []arrival {
 	t.Helper()
 	srcIP, dstIP := from.Addr, to.Addr
@@ -47,10 +51,23 @@ func udpFlow(t *testing.T, from, to *netemu.Host, v6 bool, n, size int, between 
 	var rx, tx *net.UDPConn
 	if err := to.Do(func() (err error) {
 		rx, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(dstIP, 4791)))
-		if err == nil {
-			err = rx.SetReadBuffer(8 << 20)
+		if err != nil {
+			return err
 		}
-		return err
+		// SO_RCVBUFFORCE (root, as these tests are): SetReadBuffer is
+		// capped by rmem_max, too small to absorb a burst the router
+		// forwards while a loaded machine leaves this reader unscheduled.
+		raw, err := rx.SyscallConn()
+		if err != nil {
+			return err
+		}
+		var serr error
+		if err := raw.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20)
+		}); err != nil {
+			return err
+		}
+		return serr
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -67,6 +84,7 @@ func udpFlow(t *testing.T, from, to *netemu.Host, v6 bool, n, size int, between 
 	done := make(chan []arrival, 1)
 	go func() {
 		var got []arrival
+		markers := 0
 		buf := make([]byte, size+100)
 		for {
 			k, src, err := rx.ReadFromUDPAddrPort(buf)
@@ -80,8 +98,15 @@ func udpFlow(t *testing.T, from, to *netemu.Host, v6 bool, n, size int, between 
 				continue
 			}
 			if buf[4] == kindMarker {
-				done <- got
-				return
+				// The router may still hold data behind the first
+				// markers (reordering holds a packet until ReorderGap
+				// later ones passed): stop once enough markers went by
+				// to push every held packet out.
+				if markers++; markers >= endMarkers {
+					done <- got
+					return
+				}
+				continue
 			}
 			got = append(got, arrival{binary.BigEndian.Uint32(buf), src.Addr().Unmap()})
 		}

@@ -21,7 +21,23 @@ func fuzzDriver(f *testing.F) *Driver {
 	cfg := baseConfig()
 	cfg.Accept = AcceptNone
 	cfg.Keepalive = -1
-	return startNode(f, "127.0.0.1", cfg).d
+	n := startNode(f, "127.0.0.1", cfg)
+	// Drain what the stub host records: its channels are bounded, and a
+	// fuzz worker that received thousands of valid messages would block
+	// in Finalize and look hung to the fuzzing coordinator.
+	done := make(chan struct{})
+	f.Cleanup(func() { close(done) })
+	go func() {
+		for {
+			select {
+			case <-n.host.rxs:
+			case <-n.host.fins:
+			case <-done:
+				return
+			}
+		}
+	}()
+	return n.d
 }
 
 func FuzzReadLoop(f *testing.F) {

@@ -11,38 +11,19 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
-	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"softib/internal/stats"
+	"softib/internal/testenv"
 	"softib/rxe"
 	"softib/udp/udptest"
 	"softib/verbs"
 )
-
-// soakSeconds returns the soak's time budget, skipping the test unless
-// SOFTIB_SOAK=1.
-func soakSeconds(t *testing.T) time.Duration {
-	t.Helper()
-	if os.Getenv("SOFTIB_SOAK") != "1" {
-		t.Skip("soak test: set SOFTIB_SOAK=1 (and SOFTIB_SOAK_SECONDS, default 60)")
-	}
-	s := 60.0
-	if v := os.Getenv("SOFTIB_SOAK_SECONDS"); v != "" {
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f <= 0 {
-			t.Fatalf("SOFTIB_SOAK_SECONDS=%q: want a positive number", v)
-		}
-		s = f
-	}
-	return time.Duration(s * float64(time.Second))
-}
 
 // Soak geometry: per QP a window of soakWin outstanding send WRs, each
 // with its slot (soakSlot bytes) in every region, and soakWin receives
@@ -734,7 +715,7 @@ func (r *soakRun) churn(done chan<- struct{}) {
 // and rxe solves IPv4 ICRCs for the unseen IP ID, which lets a
 // corrupted IPv4 packet through with probability 2^-16; see checkICRC.)
 func TestSoakRCQPs(t *testing.T) {
-	total := soakSeconds(t)
+	total := testenv.SoakDuration(t)
 	t.Run("simnet", func(t *testing.T) {
 		nw := udptest.NewNetwork(11)
 		defer nw.Close()

@@ -7,7 +7,9 @@ package testenv
 import (
 	"os"
 	"os/exec"
+	"strconv"
 	"testing"
+	"time"
 )
 
 // InCI reports whether the tests run under CI (CI=true).
@@ -45,3 +47,22 @@ func RequireTool(t testing.TB, name string) string {
 // Short reports whether the test run asked for short mode; long soak
 // variants should shrink their iteration counts then.
 func Short() bool { return testing.Short() }
+
+// SoakDuration returns a soak test's time budget (SOFTIB_SOAK_SECONDS,
+// default 60 s) and skips the test unless SOFTIB_SOAK=1: soaks run in the
+// soak stage (scripts/soak.sh), not in the unit-test run.
+func SoakDuration(t testing.TB) time.Duration {
+	t.Helper()
+	if os.Getenv("SOFTIB_SOAK") != "1" {
+		t.Skip("soak test: set SOFTIB_SOAK=1 (and SOFTIB_SOAK_SECONDS, default 60)")
+	}
+	s := 60.0
+	if v := os.Getenv("SOFTIB_SOAK_SECONDS"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f <= 0 {
+			t.Fatalf("SOFTIB_SOAK_SECONDS=%q: want a positive number", v)
+		}
+		s = f
+	}
+	return time.Duration(s * float64(time.Second))
+}

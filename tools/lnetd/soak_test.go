@@ -12,7 +12,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,24 +21,6 @@ import (
 	"softib/internal/netns"
 	"softib/internal/testenv"
 )
-
-// soakSeconds returns the soak's time budget, skipping the test unless
-// SOFTIB_SOAK=1.
-func soakSeconds(t *testing.T) time.Duration {
-	t.Helper()
-	if os.Getenv("SOFTIB_SOAK") != "1" {
-		t.Skip("soak test: set SOFTIB_SOAK=1 (and SOFTIB_SOAK_SECONDS, default 60)")
-	}
-	s := 60.0
-	if v := os.Getenv("SOFTIB_SOAK_SECONDS"); v != "" {
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f <= 0 {
-			t.Fatalf("SOFTIB_SOAK_SECONDS=%q: want a positive number", v)
-		}
-		s = f
-	}
-	return time.Duration(s * float64(time.Second))
-}
 
 // soakNodeYAML: tcp and o2ib NIs on iface, 5 s LND and LNet timeouts
 // (a PUT whose ACK died with the killed peer fails after 5 s, so the
@@ -132,7 +113,7 @@ var soakSizes = []int{0, 1, 100, 3976, 3977, 4096, 16384, 65536, 300000, 1<<20 -
 // of C every stream to and from C moves verified data again, and once
 // the storm ends PUTs and GETs to and from C succeed on both networks.
 func TestSoakLNetStorm(t *testing.T) {
-	total := soakSeconds(t)
+	total := testenv.SoakDuration(t)
 	testenv.RequireRoot(t)
 	testenv.RequireTool(t, "ip")
 	const workers = 4

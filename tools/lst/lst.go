@@ -169,6 +169,18 @@ func defaultSessionPath() string {
 }
 
 // parseFlags parses fs with flags and positional arguments mixed.
+// splitTest splits args at the test name ("brw write size=1M" or "ping"),
+// which is positional: flag parsing stops there so that size=... is not
+// taken for a flag.
+func splitTest(args []string) (flags, test []string) {
+	for i, a := range args {
+		if a == "brw" || a == "ping" {
+			return args[:i], args[i:]
+		}
+	}
+	return args, nil
+}
+
 func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
@@ -566,15 +578,7 @@ func (l *lst) addTest(ctx context.Context, args []string) int {
 	conc := fs.Int("concurrency", 1, "outstanding RPCs per client (1..1024)")
 	dist := fs.String("distribute", "1:1", "client:server mapping a:b (numbers or N)")
 	loop := fs.Int("loop", -1, "RPCs per client (-1: until stop)")
-	// The test part ("brw write size=1M") is positional; stop flag
-	// parsing at the test name so size=... is not taken for a flag.
-	var testArgs []string
-	for i, a := range args {
-		if a == "brw" || a == "ping" {
-			args, testArgs = args[:i], args[i:]
-			break
-		}
-	}
+	args, testArgs := splitTest(args)
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return 2
@@ -802,13 +806,7 @@ func (l *lst) quick(ctx context.Context, args []string) int {
 	netName := fs.String("net", "tcp", "console's LNet network")
 	rpcTimeout := fs.Int("rpc-timeout", 10, "seconds to wait for a node's reply")
 	sock := fs.String("socket", "", "send console RPCs through the lnetd at this control socket")
-	var testArgs []string
-	for i, a := range args {
-		if a == "brw" || a == "ping" {
-			args, testArgs = args[:i], args[i:]
-			break
-		}
-	}
+	args, testArgs := splitTest(args)
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return 2

@@ -19,13 +19,18 @@ type fuzzRig struct {
 	rc   *QP
 }
 
-var fuzzPeer = netip.MustParseAddrPort("10.201.0.2:4791")
+// The fuzz rig's device and its peer live on a simulated network
+// (udp/udptest): no socket is opened, so fixed addresses collide with
+// nothing on the host.
+var (
+	fuzzLocal = netip.MustParseAddrPort("10.201.0.1:4791")
+	fuzzPeer  = netip.MustParseAddrPort("10.201.0.2:4791")
+)
 
 func newFuzzRig(t testing.TB) *fuzzRig {
 	nw := udptest.NewNetwork(1)
 	t.Cleanup(func() { nw.Close() })
-	la := netip.MustParseAddrPort("10.201.0.1:4791")
-	dv, err := Open(Config{DeviceConfig: verbs.DeviceConfig{Addr: la.Addr()}, Conn: nw.Endpoint(la), InlineRx: -1})
+	dv, err := Open(Config{DeviceConfig: verbs.DeviceConfig{Addr: fuzzLocal.Addr()}, Conn: nw.Endpoint(fuzzLocal), InlineRx: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +110,7 @@ func seedPacket(op roce.Opcode, qpn uint32, psn uint32, payload int, ext func(b 
 	if ext != nil {
 		ext(b)
 	}
-	binary.LittleEndian.PutUint32(b[len(b)-4:], roce.ICRCFor(fuzzPeer, netip.MustParseAddrPort("10.201.0.1:4791"), b))
+	binary.LittleEndian.PutUint32(b[len(b)-4:], roce.ICRCFor(fuzzPeer, fuzzLocal, b))
 	return b
 }
 

@@ -32,7 +32,7 @@ func TestGRHAreaChecksum(t *testing.T) {
 // corrupted ones are dropped and counted in ICRCErr.
 func TestICRCAnyIPv4ID(t *testing.T) {
 	r := newFuzzRig(t)
-	la := netip.MustParseAddrPort("10.201.0.1:4791")
+	la := fuzzLocal
 	qpn := r.rc.QPN()
 	rnd := rand.New(rand.NewPCG(1, 2))
 	const n = 200

@@ -27,7 +27,7 @@ repo=$(cd "$here/.." && pwd)
 cache=${INTEROP_CACHE:-/var/tmp/softib-interop}
 suite=bookworm
 # Guest packages (see interop/README.md for why each is here).
-pkgs="linux-image-amd64 initramfs-tools kmod iproute2 procps rdma-core ibverbs-utils rdmacm-utils perftest infiniband-diags ibverbs-providers python3-pyverbs libyaml-0-2 libnl-3-200 libnl-genl-3-200 libreadline8"
+pkgs="linux-image-amd64 initramfs-tools kmod iproute2 procps rdma-core ibverbs-utils rdmacm-utils perftest infiniband-diags ibverbs-providers python3-pyverbs libyaml-0-2 libnl-3-200 libnl-genl-3-200 libreadline8 open-iscsi fio e2fsprogs sg3-utils"
 
 # Bump when the base build steps below change.
 base_version=1

@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"softib/lnet"
@@ -82,6 +83,9 @@ type lst struct {
 	path      string
 	log       *slog.Logger
 	opts      Options
+	// dialPort is the acceptor port a private console node dials (0:
+	// the console goes through lnetd), named in connection-refused hints.
+	dialPort int
 }
 
 // RunLst is `softib lst`. It returns the exit code: 0 success, 1 a failed
@@ -149,6 +153,10 @@ func (l *lst) usage(format string, a ...any) int {
 
 func (l *lst) fail(err error) int {
 	fmt.Fprintf(l.errw, "lst: %v\n", err)
+	if l.dialPort != 0 && (errors.Is(err, syscall.ECONNREFUSED) || strings.Contains(err.Error(), "connection refused")) {
+		fmt.Fprintf(l.errw, "lst: hint: nothing accepts on port %d there: is lnetd running on that node, and is %d its accept_port? "+
+			"Pass the nodes' accept_port with --port, or run lst where an lnetd runs (it is used through its control socket)\n", l.dialPort, l.dialPort)
+	}
 	return 1
 }
 
@@ -168,19 +176,47 @@ func defaultSessionPath() string {
 	return filepath.Join(dir, "lst-"+filepath.Base(key)+".json")
 }
 
-// parseFlags parses fs with flags and positional arguments mixed.
 // splitTest splits args at the test name ("brw write size=1M" or "ping"),
-// which is positional: flag parsing stops there so that size=... is not
-// taken for a flag.
-func splitTest(args []string) (flags, test []string) {
+// which is positional: its words (size=..., check=...) are never taken for
+// flags. Flags may still follow the test, as in
+// "quick ... brw write size=1M --seconds 5": words that start with "-"
+// after the test name go back to the flags, with the value that follows a
+// non-boolean flag given without "=".
+func splitTest(fs *flag.FlagSet, args []string) (flags, test []string) {
 	for i, a := range args {
-		if a == "brw" || a == "ping" {
-			return args[:i], args[i:]
+		if a != "brw" && a != "ping" {
+			continue
 		}
+		flags = append(flags, args[:i]...)
+		rest := args[i:]
+		for j := 0; j < len(rest); j++ {
+			w := rest[j]
+			if !strings.HasPrefix(w, "-") || w == "-" {
+				test = append(test, w)
+				continue
+			}
+			flags = append(flags, w)
+			name := strings.TrimLeft(w, "-")
+			if strings.Contains(name, "=") {
+				continue
+			}
+			if f := fs.Lookup(name); f != nil && !isBoolFlag(f) && j+1 < len(rest) {
+				j++
+				flags = append(flags, rest[j])
+			}
+		}
+		return flags, test
 	}
 	return args, nil
 }
 
+// isBoolFlag reports whether f takes no value (-json, -force).
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// parseFlags parses fs with flags and positional arguments mixed.
 func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
@@ -318,6 +354,19 @@ func (l *lst) console(st *selftest.State, toward lnetwire.NID, more ...lnetwire.
 				}
 			}
 		}
+		if st.Socket == "" && st.If == "" && l.opts.Dial != nil {
+			// A node runs on this host: use it, as the kernel's lst
+			// uses its node's LNet. It reaches the nodes on the
+			// acceptor port it was configured with (a private console
+			// node would dial --port, 988 by default, and miss nodes
+			// configured with another accept_port).
+			if _, err := os.Stat(l.opts.DefaultSocket); err == nil {
+				if _, closeFn, err := l.opts.Dial(l.opts.DefaultSocket); err == nil {
+					closeFn()
+					st.Socket = l.opts.DefaultSocket
+				}
+			}
+		}
 	}
 	if st.Socket != "" {
 		if l.opts.Dial == nil {
@@ -347,6 +396,10 @@ func (l *lst) console(st *selftest.State, toward lnetwire.NID, more ...lnetwire.
 	in, nid, err := ConsoleNode(st.Net, st.If, st.Port, toward, l.log)
 	if err != nil {
 		return nil, nil, err
+	}
+	l.dialPort = st.Port
+	if l.dialPort == 0 {
+		l.dialPort = socklnd.DefaultAcceptPort
 	}
 	if st.Console == "" {
 		st.Console = nid.String()
@@ -578,7 +631,7 @@ func (l *lst) addTest(ctx context.Context, args []string) int {
 	conc := fs.Int("concurrency", 1, "outstanding RPCs per client (1..1024)")
 	dist := fs.String("distribute", "1:1", "client:server mapping a:b (numbers or N)")
 	loop := fs.Int("loop", -1, "RPCs per client (-1: until stop)")
-	args, testArgs := splitTest(args)
+	args, testArgs := splitTest(fs, args)
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return 2
@@ -806,7 +859,7 @@ func (l *lst) quick(ctx context.Context, args []string) int {
 	netName := fs.String("net", "tcp", "console's LNet network")
 	rpcTimeout := fs.Int("rpc-timeout", 10, "seconds to wait for a node's reply")
 	sock := fs.String("socket", "", "send console RPCs through the lnetd at this control socket")
-	args, testArgs := splitTest(args)
+	args, testArgs := splitTest(fs, args)
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return 2

@@ -3,6 +3,7 @@ package lst
 import (
 	"bytes"
 	"context"
+	"flag"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -51,6 +52,27 @@ func TestCLIOffline(t *testing.T) {
 		code, out, errs := runLst(t, file, tc.args...)
 		if code != tc.code || !strings.Contains(out+errs, tc.want) {
 			t.Errorf("lst %q: exit %d, output %q%q; want exit %d and %q", tc.args, code, out, errs, tc.code, tc.want)
+		}
+	}
+}
+
+// TestSplitTest: flags may follow the test spec ("brw write size=1M
+// --seconds 5", as the README writes it), with or without "=", and a
+// boolean flag takes no value.
+func TestSplitTest(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.Float64("seconds", 5, "")
+	fs.Bool("json", false, "")
+	for _, tc := range []struct{ in, flags, test string }{
+		{"--from a brw write size=1M", "--from a", "brw write size=1M"},
+		{"--from a brw write size=1M --seconds 5", "--from a --seconds 5", "brw write size=1M"},
+		{"brw --json write --seconds=2 check=full", "--json --seconds=2", "brw write check=full"},
+		{"--from a ping --json", "--from a --json", "ping"},
+		{"--from a", "--from a", ""},
+	} {
+		f, te := splitTest(fs, strings.Fields(tc.in))
+		if strings.Join(f, " ") != tc.flags || strings.Join(te, " ") != tc.test {
+			t.Errorf("splitTest(%q) = %q, %q; want %q, %q", tc.in, f, te, tc.flags, tc.test)
 		}
 	}
 }

@@ -176,7 +176,11 @@ func lstRun(t *testing.T, env []string, args ...string) (int, string, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, softibBin(t), append([]string{"lst"}, args...)...)
-	cmd.Env = append(os.Environ(), env...)
+	// A runtime directory of the test's own unless the test gives one:
+	// lst uses an lnetd it finds at the default control socket, and
+	// one may run on the host beside the tests.
+	cmd.Env = append(os.Environ(), "XDG_RUNTIME_DIR="+t.TempDir())
+	cmd.Env = append(cmd.Env, env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -314,6 +318,24 @@ func TestProcKillServer(t *testing.T) {
 		t.Fatalf("exit %d after a server died: %+v", code, res)
 	}
 	t.Logf("exit %d after %v: %d errors, unreachable %v, problems %q", code, time.Since(start).Round(time.Millisecond), res.Errors, res.Down, res.Problems)
+}
+
+// TestProcDefaultNode is the README's example: a node runs at the default
+// control socket with its own accept_port, and lst quick, given no --port
+// and its flags after the test spec, goes through that node (which knows
+// the port) instead of dialling 988.
+func TestProcDefaultNode(t *testing.T) {
+	port := freePort(t)
+	xdg := t.TempDir()
+	ip := addrs(2)
+	startNodesSock(t, port, []string{filepath.Join(xdg, "softib", "lnetd.sock")}, ip...)
+	env := []string{"XDG_RUNTIME_DIR=" + xdg}
+	code, out, errs := lstRun(t, env, "quick", "--from", ip[0]+"@tcp", "--to", ip[1]+"@tcp",
+		"brw", "write", "size=64K", "check=full", "--seconds", "0.6", "--delay", "0.3", "--json")
+	var res QuickResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 0 || !res.OK || res.RPCs == 0 {
+		t.Fatalf("exit %d, %+v (%v)\n%s%s", code, res, err, out, errs)
+	}
 }
 
 // TestProcOnNode runs lst on a node: the console's address (--if) is

@@ -114,7 +114,8 @@ type Device struct {
 	rxDone chan struct{}
 	qpWG   sync.WaitGroup
 
-	stats Stats
+	stats   Stats
+	capture *capturer // DeviceConfig.Capture (capture.go); nil: off
 }
 
 var _ verbs.Device = (*Device)(nil)
@@ -184,6 +185,13 @@ func Open(cfg Config) (verbs.Device, error) {
 	}
 	if !c.BusyPoll {
 		d.spinPolls = int32(c.PollRxAfter)
+	}
+	if c.Capture != nil {
+		var err error
+		if d.capture, err = newCapturer(d); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("rxe: open: capture: %w", err)
+		}
 	}
 	d.raise(verbs.AsyncEvent{Type: verbs.EventPortActive, Port: 1})
 	go d.rxLoop()
@@ -454,6 +462,9 @@ func (d *Device) linkDown() {
 // QP's packets in arrival order.
 func (d *Device) queueBatch(b *rxBatch, n int) {
 	b.touched = b.touched[:0]
+	if d.capture != nil {
+		d.capture.rcvd(d.laddr, b.msgs[:n])
+	}
 	for i := 0; i < n; i++ {
 		if b.msgs[i].N < 0 {
 			d.stats.RxTruncated.Inc()

@@ -59,8 +59,9 @@ type QP struct {
 	sport    qpSport    // source port (sport.go)
 	drainC   *sync.Cond // signalled when queues may have emptied
 	dead     bool
-	timerAt  int64 // deadline the timer is set for (0: none)
-	sqdEvent bool  // raise SQ_DRAINED when the SQ empties in SQD
+	timerAt  int64   // deadline the timer is set for (0: none)
+	sqdEvent bool    // raise SQ_DRAINED when the SQ empties in SQD
+	stats    qpStats // per-QP counters (introspect.go)
 
 	inMu    sync.Mutex
 	inq     []*packet
@@ -822,6 +823,7 @@ func (q *QP) handle(p *packet, now int64) {
 		}
 	}
 	q.dev.stats.RcvdPkts.Inc()
+	q.stats.RcvdPkts.Inc()
 	if p.op.Is(roce.MaskReq) {
 		if q.state == verbs.QPStateRTR && q.typ != verbs.QPTypeUD && q.typ != verbs.QPTypeGSI && !q.resp.commEst {
 			q.resp.commEst = true
@@ -1080,6 +1082,7 @@ func (t *txBatch) fill(msgs []udp.Message) []udp.Message {
 
 // release returns the sent packets to the pool.
 func (t *txBatch) release(q *QP) {
+	q.stats.SentPkts.Add(uint64(len(t.pkts)))
 	for i, p := range t.pkts {
 		q.dev.putPacket(p)
 		t.pkts[i] = nil
@@ -1092,6 +1095,9 @@ func (t *txBatch) release(q *QP) {
 // port socket). Send errors lose the packets (the transport
 // retransmits); they are counted.
 func (d *Device) writeAll(c udp.Conn, msgs []udp.Message) {
+	if d.capture != nil {
+		d.capture.sent(netip.AddrPortFrom(d.addr, c.LocalAddr().Port()), msgs)
+	}
 	for sent := 0; sent < len(msgs); {
 		n, err := c.WriteBatch(msgs[sent:])
 		sent += n

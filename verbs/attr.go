@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"io"
 	"net/netip"
 	"time"
 )
@@ -40,6 +41,12 @@ type DeviceConfig struct {
 	// QPs over ECMP paths and captures match kernel rxe; a QP whose port
 	// cannot be bound falls back to the device port.
 	FixedSourcePort bool
+	// Capture, when set, receives a pcap capture file (link type raw
+	// IP) of every RoCEv2 packet the device sends and receives, one
+	// record per packet, with the IP and UDP headers synthesised (a
+	// UDP socket shows neither). It is written synchronously from the
+	// data path: buffer it (bufio) and flush it after Close.
+	Capture io.Writer
 }
 
 // DeviceAttr are a device's capabilities (ibv_device_attr).

@@ -1,0 +1,87 @@
+package rxe
+
+import (
+	"net/netip"
+	"sync"
+	"time"
+
+	"softib/internal/pcap"
+	"softib/internal/stats"
+	"softib/udp"
+	"softib/wire/roce"
+)
+
+// capturer writes DeviceConfig.Capture: one pcap record per RoCEv2
+// packet, sent or received. The device's socket batches hide packet
+// boundaries from tcpdump (a GSO send leaves as one super-packet, a GRO
+// read arrives as one), but inside rxe every udp.Message is one packet,
+// so capturing here shows them apart. The IP and UDP headers are
+// synthesised (roce.Encap.AppendFrame) with the IPv4 ID the packet's
+// ICRC covers, so a capture's ICRCs check out: 0 for what softib sends,
+// the ID solved from the ICRC for what a kernel rxe peer sent.
+//
+// A device without a capture has a nil capturer: the data path pays one
+// nil check per batch.
+type capturer struct {
+	w *pcap.Writer
+
+	mu  sync.Mutex // guards the fields below
+	buf []byte     // the frame being written
+	enc encapCache // headers of the last flow seen
+
+	errs stats.Counter // records the writer failed to take
+}
+
+func newCapturer(d *Device) (*capturer, error) {
+	w, err := pcap.NewWriter(d.cfg.Capture, pcap.LinkTypeRaw)
+	if err != nil {
+		return nil, err
+	}
+	return &capturer{w: w, buf: make([]byte, 0, pktBufSize+roce.IPv6HeaderLen+roce.UDPHeaderLen)}, nil
+}
+
+// sent records msgs, which left from src.
+func (c *capturer) sent(src netip.AddrPort, msgs []udp.Message) {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range msgs {
+		m := &msgs[i]
+		c.write(now, src, m.Addr, m.Buf[:m.N], false)
+	}
+}
+
+// rcvd records the datagrams of a receive batch that arrived at dst.
+func (c *capturer) rcvd(dst netip.AddrPort, msgs []udp.Message) {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range msgs {
+		m := &msgs[i]
+		if m.N < 0 || m.N > len(m.Buf) {
+			continue // truncated: the device drops it too
+		}
+		c.write(now, m.Addr, dst, m.Buf[:m.N], true)
+	}
+}
+
+// write appends one record (c.mu held).
+func (c *capturer) write(now time.Time, src, dst netip.AddrPort, pkt []byte, rx bool) {
+	e := c.enc.get(netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port()))
+	if !c.enc.ok {
+		c.errs.Inc()
+		return
+	}
+	e.SetIPv4ID(0)
+	if rx && !e.IsIPv6() {
+		// A kernel rxe peer varies the ID; find the one its ICRC
+		// covers (a packet whose ICRC is bad keeps 0 and shows as bad).
+		if id, err := e.VerifyICRCAnyID(pkt); err == nil {
+			e.SetIPv4ID(id)
+		}
+	}
+	c.buf = e.AppendFrame(c.buf[:0], pkt)
+	if err := c.w.WritePacket(now, c.buf); err != nil {
+		c.errs.Inc()
+	}
+}

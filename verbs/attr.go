@@ -93,6 +93,10 @@ type DeviceAttr struct {
 	PhysPortCnt           uint8
 	MaxInlineData         int
 	MaxMsgSize            uint64
+	// MaxFastRegPageListLen is the most pages one fast-registration MR
+	// maps (max_fast_reg_page_list_len; 0 without
+	// DeviceMemMgtExtensions).
+	MaxFastRegPageListLen int
 }
 
 // AtomicCap is the atomicity guarantee of a device (ibv_atomic_cap).

@@ -129,6 +129,9 @@ var wrOpcodeNames = [...]string{"RDMA_WRITE", "RDMA_WRITE_WITH_IMM", "SEND", "SE
 	"ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD", "LOCAL_INV", "BIND_MW", "SEND_WITH_INV"}
 
 func (o WROpcode) String() string {
+	if o == WRRegMR {
+		return "REG_MR"
+	}
 	if int(o) < len(wrOpcodeNames) {
 		return wrOpcodeNames[o]
 	}
@@ -242,6 +245,8 @@ func (o WCOpcode) String() string {
 		return "BIND_MW"
 	case WCLocalInv:
 		return "LOCAL_INV"
+	case WCRegMR:
+		return "REG_MR"
 	case WCRecv:
 		return "RECV"
 	case WCRecvRDMAWithImm:
@@ -266,6 +271,8 @@ func WCOpcodeFor(op WROpcode) WCOpcode {
 		return WCLocalInv
 	case WRBindMW:
 		return WCBindMW
+	case WRRegMR:
+		return WCRegMR
 	}
 	return WCSend
 }

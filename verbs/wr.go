@@ -43,6 +43,11 @@ type SendWR struct {
 	AH         AH
 	RemoteQPN  uint32
 	RemoteQKey uint32
+
+	// Reg is the registration of a WRRegMR, BindMW the binding of a
+	// WRBindMW (see memmgt.go).
+	Reg    RegWR
+	BindMW BindWR
 }
 
 // RecvWR is a receive work request (ibv_recv_wr).

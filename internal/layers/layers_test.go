@@ -58,6 +58,9 @@ var rules = map[string][]string{
 	// The Soft-RoCE provider.
 	"softib/rxe": with("softib/verbs", "softib/wire/roce", "softib/udp"),
 
+	// Kernel-style RDMA READ/WRITE contexts over any verbs provider.
+	"softib/rdmarw": with("softib/verbs"),
+
 	// Connection managers work on any verbs provider.
 	"softib/cm":     with("softib/verbs", "softib/wire/..."),
 	"softib/rdmacm": with("softib/cm", "softib/verbs", "softib/wire/..."),

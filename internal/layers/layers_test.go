@@ -55,6 +55,10 @@ var rules = map[string][]string{
 	"softib/udp":         with(),
 	"softib/udp/udptest": with("softib/udp"),
 
+	// The verbs test harness (rxe devices on udptest or loopback): only
+	// tests import it, so it is in no production allow list.
+	"softib/internal/verbstest": with("softib/internal/testaddr", "softib/rxe", "softib/udp/udptest", "softib/verbs"),
+
 	// The Soft-RoCE provider.
 	"softib/rxe": with("softib/verbs", "softib/wire/roce", "softib/udp"),
 
@@ -76,6 +80,12 @@ var rules = map[string][]string{
 	// lnet_selftest runs on an LNet instance its caller built: it takes
 	// its drivers from the caller and imports none.
 	"softib/lnet/selftest": with("softib/lnet", "softib/lnet/lnd", "softib/wire/lnetwire"),
+
+	// Block storage: the SCSI target core knows no transport; the SRP and
+	// iSER targets sit beside LNet, above the connection managers and
+	// rdma_rw.
+	"softib/storage/scsi": with(),
+	"softib/storage/...":  with("softib/storage/scsi", "softib/rdmarw", "softib/rdmacm", "softib/cm", "softib/verbs", "softib/wire/..."),
 
 	// Tools and the CLI may use any layer (the CLI is imported by nothing).
 	"softib/tools/...":   {"softib/..."},
@@ -181,6 +191,8 @@ func TestRules(t *testing.T) {
 		{"softib/cm", "softib/rxe", false},
 		{"softib/cm", "softib/udp", false},
 		{"softib/rdmacm", "softib/rxe", false},
+		{"softib/cm", "softib/internal/verbstest", false},
+		{"softib/rdmacm", "softib/internal/verbstest", false},
 		{"softib/rdmacm", "softib/cm", true},
 		{"softib/verbs", "softib/rxe", false},
 		{"softib/rxe", "softib/cm", false},

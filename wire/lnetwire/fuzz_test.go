@@ -56,6 +56,7 @@ func FuzzPingInfo(f *testing.F) {
 	p := lnetwire.PingInfo{Features: 3, PID: 12345, NIs: []lnetwire.PingNI{{NID: lnetwire.NIDLo0, Status: 1}, {NID: 0x20000C0A80101, Status: lnetwire.PingStatusUp}}}
 	f.Add(p.Append(nil))
 	f.Add((&lnetwire.PingInfo{}).Append(nil))
+	f.Add(kernelPush)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, err := lnetwire.ParsePingInfo(b)
 		if err != nil {
@@ -71,6 +72,9 @@ func FuzzPingInfo(f *testing.F) {
 		}
 		if b[0] == enc[0] && !bytes.Equal(enc, b[:len(enc)]) {
 			t.Fatalf("native-order buffer did not re-encode identically")
+		}
+		if again.Seq() != got.Seq() || again.Primary() != got.Primary() {
+			t.Fatalf("seq/primary changed")
 		}
 	})
 }

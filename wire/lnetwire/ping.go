@@ -99,3 +99,25 @@ func ParsePingInfo(b []byte) (PingInfo, error) {
 	}
 	return p, nil
 }
+
+// Seq returns the ping buffer's sequence number: the status of its 0@lo
+// entry (0 when there is none).
+func (p *PingInfo) Seq() uint32 {
+	for _, e := range p.NIs {
+		if e.NID == NIDLo0 {
+			return e.Status
+		}
+	}
+	return 0
+}
+
+// Primary returns the sender's primary NID: its first entry that is not
+// 0@lo (NIDAny when there is none).
+func (p *PingInfo) Primary() NID {
+	for _, e := range p.NIs {
+		if e.NID != NIDLo0 {
+			return e.NID
+		}
+	}
+	return NIDAny
+}

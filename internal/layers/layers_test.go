@@ -40,10 +40,13 @@ var rules = map[string][]string{
 	"softib/internal/pcap":       nil,
 	"softib/internal/testenv":    nil,
 	"softib/internal/testaddr":   nil,
+	"softib/internal/leakcheck":  nil,
 	"softib/internal/layers":     nil,
 	"softib/internal/netns":      {"softib/internal/stats", "softib/internal/testenv"},
 	"softib/internal/netemu":     {"softib/internal/stats", "softib/internal/testenv"},
 	"softib/internal/tsharktest": {"softib/internal/testenv"},
+	// The verbs conformance suite every provider passes.
+	"softib/internal/conformance": {"softib/verbs"},
 
 	// Wire formats: typed byte views, nothing above them.
 	"softib/wire/...": with("softib/wire/..."),
@@ -59,8 +62,9 @@ var rules = map[string][]string{
 	// tests import it, so it is in no production allow list.
 	"softib/internal/verbstest": with("softib/internal/testaddr", "softib/rxe", "softib/udp/udptest", "softib/verbs"),
 
-	// The Soft-RoCE provider.
-	"softib/rxe": with("softib/verbs", "softib/wire/roce", "softib/udp"),
+	// Providers: the pure-Go Soft-RoCE, and libibverbs (build tag ibverbs).
+	"softib/ibverbs": with("softib/verbs"),
+	"softib/rxe":     with("softib/verbs", "softib/wire/roce", "softib/udp"),
 
 	// Kernel-style RDMA READ/WRITE contexts over any verbs provider.
 	"softib/rdmarw": with("softib/verbs"),

@@ -9,23 +9,15 @@ import (
 	"time"
 
 	"softib/cm"
-	"softib/internal/testaddr"
+	"softib/internal/verbstest"
 	"softib/rxe"
 	"softib/verbs"
 	"softib/wire/mad"
 )
 
-// loopAddr returns a loopback address unique to this test binary.
-func loopAddr() netip.Addr { return testaddr.Next() }
-
 func openRXE(t *testing.T) verbs.Device {
 	t.Helper()
-	d, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: loopAddr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return d
+	return verbstest.Loopback().Open(t, rxe.Config{})
 }
 
 func gsiAddr(dev verbs.Device) cm.Addr {
@@ -34,33 +26,13 @@ func gsiAddr(dev verbs.Device) cm.Addr {
 	return a
 }
 
-// rcEnd is an RC QP with a buffer, connected through the CM.
-type rcEnd struct {
-	pd  verbs.PD
-	cq  verbs.CQ
-	qp  verbs.QP
-	mr  verbs.MR
-	buf []byte
-}
-
-func newRC(t *testing.T, dev verbs.Device) *rcEnd {
+// newRC makes an RC QP with a 4 KiB buffer on dev, to be connected
+// through the CM.
+func newRC(t *testing.T, dev verbs.Device) *verbstest.End {
 	t.Helper()
-	e := &rcEnd{buf: make([]byte, 4096)}
-	var err error
-	if e.pd, err = dev.AllocPD(); err != nil {
-		t.Fatal(err)
-	}
-	if e.cq, err = dev.CreateCQ(verbs.CQAttr{CQE: 64}); err != nil {
-		t.Fatal(err)
-	}
-	if e.qp, err = e.pd.CreateQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: e.cq, RecvCQ: e.cq,
-		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
-		t.Fatal(err)
-	}
-	if e.mr, err = e.pd.RegMR(e.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead); err != nil {
-		t.Fatal(err)
-	}
-	return e
+	return verbstest.NewEnd(t, dev, verbs.QPTypeRC, verbstest.EndOpts{Buf: 4096, CQE: 64,
+		Cap:    verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1},
+		Access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead})
 }
 
 // modify applies the CM's attributes for each state in turn.
@@ -77,23 +49,7 @@ func modify(id *cm.ID, qp verbs.QP, states ...verbs.QPState) error {
 	return nil
 }
 
-func waitWC(t *testing.T, cq verbs.CQ) verbs.WC {
-	t.Helper()
-	wcs := make([]verbs.WC, 1)
-	deadline := time.Now().Add(20 * time.Second) // hang guard only
-	for time.Now().Before(deadline) {
-		n, err := cq.Poll(wcs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 1 {
-			return wcs[0]
-		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatal("no completion")
-	return verbs.WC{}
-}
+func waitWC(t *testing.T, cq verbs.CQ) verbs.WC { t.Helper(); return verbstest.WaitOne(t, cq) }
 
 // TestGSIConnectRC connects two rxe RC QPs through the CM over real GSI
 // QPs and moves data over them.
@@ -122,23 +78,23 @@ func TestGSIConnectRC(t *testing.T) {
 		case cm.EventREQReceived:
 			// Like ipoib_cm: RTR before the REP, with the receive PSN the
 			// REP will announce.
-			err := modify(id, eb.qp, verbs.QPStateInit)
+			err := modify(id, eb.QP, verbs.QPStateInit)
 			if err == nil {
 				a, m, _ := id.InitQPAttr(verbs.QPStateRTR)
 				a.RQPSN = 0x300
-				err = eb.qp.Modify(&a, m)
+				err = eb.QP.Modify(&a, m)
 			}
 			if err == nil {
-				err = modify(id, eb.qp, verbs.QPStateRTS)
+				err = modify(id, eb.QP, verbs.QPStateRTS)
 			}
 			if err != nil {
 				passive <- result{ev.Type, err}
 				return err
 			}
-			if _, err := eb.qp.PostRecv([]verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{eb.mr.SGE(0, 100)}}}); err != nil {
+			if _, err := eb.QP.PostRecv([]verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{eb.MR.SGE(0, 100)}}}); err != nil {
 				return err
 			}
-			return id.SendREP(&cm.REPParam{QPN: eb.qp.QPN(), StartingPSN: 0x300, ResponderResources: 1,
+			return id.SendREP(&cm.REPParam{QPN: eb.QP.QPN(), StartingPSN: 0x300, ResponderResources: 1,
 				InitiatorDepth: 1, RNRRetryCount: 7, PrivateData: []byte("rep")})
 		case cm.EventDREQReceived:
 			return id.SendDREP(nil)
@@ -154,7 +110,7 @@ func TestGSIConnectRC(t *testing.T) {
 	}
 	id, err := ca.CreateID(func(id *cm.ID, ev *cm.Event) error {
 		if ev.Type == cm.EventREPReceived {
-			if err := modify(id, ea.qp, verbs.QPStateRTR, verbs.QPStateRTS); err != nil {
+			if err := modify(id, ea.QP, verbs.QPStateRTR, verbs.QPStateRTS); err != nil {
 				active <- result{ev.Type, err}
 				return err
 			}
@@ -173,13 +129,13 @@ func TestGSIConnectRC(t *testing.T) {
 		Primary:     mad.RoCEv2Path(mad.RoCEv2PathParams{Src: gaddr(da), Dst: gaddr(db)}),
 		SGIDIndex:   1,
 		ServiceID:   sid,
-		QPN:         ea.qp.QPN(),
+		QPN:         ea.QP.QPN(),
 		StartingPSN: 0x100, ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7,
 	}
 	// The active QP goes to INIT before the REQ, as rdma_cm moves it when
 	// the QP is created (cma_init_conn_qp): the REP can come back, and
 	// the handler move the QP to RTR, before SendREQ returns.
-	if err := ea.qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1,
+	if err := ea.QP.Modify(&verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1,
 		AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
 		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
 		t.Fatal(err)
@@ -201,16 +157,16 @@ func TestGSIConnectRC(t *testing.T) {
 			t.Fatalf("no %v", want.ev)
 		}
 	}
-	copy(ea.buf, "over RC via CM")
-	if _, err := ea.qp.PostSend([]verbs.SendWR{{ID: 7, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
-		SGL: []verbs.SGE{ea.mr.SGE(0, 14)}}}); err != nil {
+	copy(ea.Buf, "over RC via CM")
+	if _, err := ea.QP.PostSend([]verbs.SendWR{{ID: 7, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{ea.MR.SGE(0, 14)}}}); err != nil {
 		t.Fatal(err)
 	}
-	if wc := waitWC(t, ea.cq); wc.Status != verbs.WCSuccess {
+	if wc := waitWC(t, ea.CQ); wc.Status != verbs.WCSuccess {
 		t.Fatalf("send wc %+v", wc)
 	}
-	if wc := waitWC(t, eb.cq); wc.Status != verbs.WCSuccess || wc.ByteLen != 14 || string(eb.buf[:14]) != "over RC via CM" {
-		t.Fatalf("recv wc %+v %q", wc, eb.buf[:14])
+	if wc := waitWC(t, eb.CQ); wc.Status != verbs.WCSuccess || wc.ByteLen != 14 || string(eb.Buf[:14]) != "over RC via CM" {
+		t.Fatalf("recv wc %+v %q", wc, eb.Buf[:14])
 	}
 	if err := id.SendDREQ(nil); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"softib/cm"
+	"softib/internal/leakcheck"
 )
 
 // transitionLog collects every state transition any test's CM made, so
@@ -27,9 +28,10 @@ func (l *transitionLog) StateChanged(_ *cm.ID, from, to cm.State) {
 var transitions = &transitionLog{seen: map[[2]cm.State]bool{}}
 
 // TestMain fails a full run of the package (no -run filter) when an edge
-// of the state table was never taken by any test.
+// of the state table was never taken by any test, and any run that leaves
+// goroutines behind (a CM's timer or dispatch loop not closed).
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := leakcheck.Run(m)
 	var missing []string
 	for _, from := range cm.States() {
 		for _, to := range cm.States() {

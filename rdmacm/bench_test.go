@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"softib/internal/verbstest"
 	"softib/rdmacm"
-	"softib/rxe"
 	"softib/verbs"
 )
 
@@ -48,25 +48,7 @@ func newBench(tb testing.TB, port uint16) *bench {
 }
 
 // newEnvTB is newEnv for tests and benchmarks alike.
-func newEnvTB(tb testing.TB) *env {
-	tb.Helper()
-	e := &env{m: rdmacm.NewManager(rdmacm.Config{})}
-	for _, p := range []*verbs.Device{&e.da, &e.db} {
-		d, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: loopAddr()}})
-		if err != nil {
-			tb.Fatal(err)
-		}
-		tb.Cleanup(func() { d.Close() })
-		if err := e.m.AddDevice(d); err != nil {
-			tb.Fatal(err)
-		}
-		*p = d
-	}
-	tb.Cleanup(func() { e.m.Close() })
-	e.a = e.da.(*rxe.Device).Addr().Addr()
-	e.b = e.db.(*rxe.Device).Addr().Addr()
-	return e
-}
+func newEnvTB(tb testing.TB) *env { tb.Helper(); return newEnvOn(tb, verbstest.Loopback()) }
 
 func waitEv(tb testing.TB, ch *rdmacm.EventChannel, want rdmacm.EventType) *rdmacm.Event {
 	tb.Helper()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"softib/internal/testaddr"
+	"softib/internal/verbstest"
 	"softib/rdmacm"
 	"softib/rxe"
 	"softib/verbs"
@@ -23,23 +24,24 @@ type env struct {
 	m      *rdmacm.Manager
 	da, db verbs.Device
 	a, b   netip.Addr
+	net    *verbstest.Net // where the devices are
 }
 
-func newEnv(t *testing.T) *env {
-	t.Helper()
-	e := &env{m: rdmacm.NewManager(rdmacm.Config{})}
+func newEnv(t *testing.T) *env { t.Helper(); return newEnvOn(t, verbstest.Loopback()) }
+
+// newEnvOn is newEnv with the devices on n (loopback sockets or the
+// simulated network).
+func newEnvOn(tb testing.TB, n *verbstest.Net) *env {
+	tb.Helper()
+	e := &env{m: rdmacm.NewManager(rdmacm.Config{}), net: n}
+	tb.Cleanup(func() { e.m.Close() })
 	for _, p := range []*verbs.Device{&e.da, &e.db} {
-		d, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: loopAddr()}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close() })
+		d := n.Open(tb, rxe.Config{})
 		if err := e.m.AddDevice(d); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		*p = d
 	}
-	t.Cleanup(func() { e.m.Close() })
 	e.a = e.da.(*rxe.Device).Addr().Addr()
 	e.b = e.db.(*rxe.Device).Addr().Addr()
 	return e
@@ -73,21 +75,7 @@ func newCQ(t *testing.T, id *rdmacm.ID) verbs.CQ {
 	return cq
 }
 
-func waitWC(t *testing.T, cq verbs.CQ) verbs.WC {
-	t.Helper()
-	wcs := make([]verbs.WC, 1)
-	deadline := time.Now().Add(20 * time.Second) // hang guard
-	for time.Now().Before(deadline) {
-		if n, err := cq.Poll(wcs); err != nil {
-			t.Fatal(err)
-		} else if n == 1 {
-			return wcs[0]
-		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatal("no completion")
-	return verbs.WC{}
-}
+func waitWC(t *testing.T, cq verbs.CQ) verbs.WC { t.Helper(); return verbstest.WaitOne(t, cq) }
 
 // clientTo resolves an address and route to dst on a new ID.
 func clientTo(t *testing.T, e *env, ch *rdmacm.EventChannel, ps rdmacm.PortSpace, dst netip.AddrPort) *rdmacm.ID {
@@ -107,8 +95,9 @@ func clientTo(t *testing.T, e *env, ch *rdmacm.EventChannel, ps rdmacm.PortSpace
 	return id
 }
 
-func TestConnectAcceptDisconnect(t *testing.T) {
-	e := newEnv(t)
+func TestConnectAcceptDisconnect(t *testing.T) { connectAcceptDisconnect(t, newEnv(t)) }
+
+func connectAcceptDisconnect(t *testing.T, e *env) {
 	sch, cch := rdmacm.NewEventChannel(), rdmacm.NewEventChannel()
 	lis, err := e.m.CreateID(sch, "server", rdmacm.PSTCP)
 	if err != nil {
@@ -218,8 +207,9 @@ func TestConnectAcceptDisconnect(t *testing.T) {
 	}
 }
 
-func TestRejectAndUnreachable(t *testing.T) {
-	e := newEnv(t)
+func TestRejectAndUnreachable(t *testing.T) { sim(t, 2, rejectAndUnreachable) }
+
+func rejectAndUnreachable(t *testing.T, e *env) {
 	sch, cch := rdmacm.NewEventChannel(), rdmacm.NewEventChannel()
 	lis, _ := e.m.CreateID(sch, nil, rdmacm.PSTCP)
 	if err := lis.BindAddr(netip.AddrPortFrom(netip.IPv4Unspecified(), 987)); err != nil {
@@ -275,8 +265,9 @@ func TestRejectAndUnreachable(t *testing.T) {
 	}
 }
 
-func TestBacklog(t *testing.T) {
-	e := newEnv(t)
+func TestBacklog(t *testing.T) { sim(t, 3, backlog) }
+
+func backlog(t *testing.T, e *env) {
 	sch, cch := rdmacm.NewEventChannel(), rdmacm.NewEventChannel()
 	lis, _ := e.m.CreateID(sch, nil, rdmacm.PSTCP)
 	if err := lis.BindAddr(netip.AddrPortFrom(e.b, 5000)); err != nil {
@@ -317,8 +308,9 @@ func TestBacklog(t *testing.T) {
 	expect(t, sch, rdmacm.EventConnectRequest)
 }
 
-func TestUD(t *testing.T) {
-	e := newEnv(t)
+func TestUD(t *testing.T) { sim(t, 4, udConnect) }
+
+func udConnect(t *testing.T, e *env) {
 	sch, cch := rdmacm.NewEventChannel(), rdmacm.NewEventChannel()
 	lis, _ := e.m.CreateID(sch, nil, rdmacm.PSUDP)
 	if lis.QPType() != verbs.QPTypeUD {
@@ -392,8 +384,9 @@ func TestUD(t *testing.T) {
 	}
 }
 
-func TestDeviceRemoval(t *testing.T) {
-	e := newEnv(t)
+func TestDeviceRemoval(t *testing.T) { sim(t, 5, deviceRemoval) }
+
+func deviceRemoval(t *testing.T, e *env) {
 	ch := rdmacm.NewEventChannel()
 	lis, _ := e.m.CreateID(ch, nil, rdmacm.PSTCP)
 	if err := lis.BindAddr(netip.AddrPortFrom(e.b, 6000)); err != nil {
@@ -445,8 +438,9 @@ func TestTables(t *testing.T) {
 
 // TestPortSpaceIB connects in RDMA_PS_IB with nil parameters (librdmacm
 // defaults) and checks the service ID on the listener side.
-func TestPortSpaceIB(t *testing.T) {
-	e := newEnv(t)
+func TestPortSpaceIB(t *testing.T) { sim(t, 6, portSpaceIB) }
+
+func portSpaceIB(t *testing.T, e *env) {
 	sch, cch := rdmacm.NewEventChannel(), rdmacm.NewEventChannel()
 	lis, _ := e.m.CreateID(sch, nil, rdmacm.PSIB)
 	if lis.QPType() != verbs.QPTypeRC {
@@ -507,8 +501,9 @@ func TestStateTableShape(t *testing.T) {
 
 // TestWildcardListen listens on every device, including one added after
 // the listen.
-func TestWildcardListen(t *testing.T) {
-	e := newEnv(t)
+func TestWildcardListen(t *testing.T) { sim(t, 7, wildcardListen) }
+
+func wildcardListen(t *testing.T, e *env) {
 	sch, cch := rdmacm.NewEventChannel(), rdmacm.NewEventChannel()
 	lis, _ := e.m.CreateID(sch, nil, rdmacm.PSTCP)
 	if err := lis.BindAddr(netip.AddrPortFrom(netip.IPv4Unspecified(), 8000)); err != nil {
@@ -517,15 +512,11 @@ func TestWildcardListen(t *testing.T) {
 	if err := lis.Listen(0); err != nil {
 		t.Fatal(err)
 	}
-	d, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: loopAddr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
+	d := e.net.Open(t, rxe.Config{})
 	if err := e.m.AddDevice(d); err != nil {
 		t.Fatal(err)
 	}
-	for _, dst := range []netip.Addr{e.b, d.(*rxe.Device).Addr().Addr()} {
+	for _, dst := range []netip.Addr{e.b, d.Addr().Addr()} {
 		c := clientTo(t, e, cch, rdmacm.PSTCP, netip.AddrPortFrom(dst, 8000))
 		if err := c.Connect(&rdmacm.ConnParam{QPNum: 0x42}); err != nil {
 			t.Fatal(err)
@@ -542,8 +533,9 @@ func TestWildcardListen(t *testing.T) {
 }
 
 // TestTOSAndMigrate checks rdma_set_option(TOS) and rdma_migrate_id.
-func TestTOSAndMigrate(t *testing.T) {
-	e := newEnv(t)
+func TestTOSAndMigrate(t *testing.T) { sim(t, 8, tOSAndMigrate) }
+
+func tOSAndMigrate(t *testing.T, e *env) {
 	ch1, ch2 := rdmacm.NewEventChannel(), rdmacm.NewEventChannel()
 	c, _ := e.m.CreateID(ch1, nil, rdmacm.PSTCP)
 	c.SetTOS(0x60)

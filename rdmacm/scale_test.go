@@ -35,9 +35,11 @@ const (
 
 // TestConnectCycles runs connect/disconnect cycles between this process
 // and a second softib process in another network namespace over a lossy
-// link: a veth pair dropping 10% of the packets each way (200 cycles, 50
+// link: a veth pair dropping 10% of the packets each way (50 cycles, 20
 // with -short), and a relay that also delays (2 ms ± 1 ms) and reorders
-// 5% (50 cycles, 20 with -short). Every cycle must end with an event
+// 5% (20 cycles, 10 with -short). This is the real-socket tier:
+// TestSimConnectCycles runs 200 cycles through the same loss, duplication
+// and reordering on the simulated network, deterministically. Every cycle must end with an event
 // (ESTABLISHED and DISCONNECTED, or a failure event) — nothing may hang —
 // and either side initiates the disconnect in turn. A connect to a port
 // nobody listens on must end REJECTED with "invalid service ID".
@@ -52,9 +54,9 @@ func TestConnectCycles(t *testing.T) {
 		cycles  int
 		shortTo int
 	}{
-		{"veth 10% loss", false, netns.Netem{Loss: 10}, 200, 50},
+		{"veth 10% loss", false, netns.Netem{Loss: 10}, 50, 20},
 		{"relay 10% loss 2ms±1ms delay 5% reorder", true,
-			netns.Netem{Loss: 10, Delay: 2 * time.Millisecond, Jitter: time.Millisecond, Reorder: 5}, 50, 20},
+			netns.Netem{Loss: 10, Delay: 2 * time.Millisecond, Jitter: time.Millisecond, Reorder: 5}, 20, 10},
 	} {
 		t.Run(v.name, func(t *testing.T) {
 			n := v.cycles
@@ -123,6 +125,15 @@ func connectCycles(t *testing.T, relay bool, ne netns.Netem, cycles int) {
 	if err := m.AddDevice(dev); err != nil {
 		t.Fatal(err)
 	}
+	runCycles(t, m, netip.AddrPortFrom(p.B.Addr, port), cycles)
+}
+
+// runCycles runs cycles connect/disconnect cycles from m to a serveCycles
+// server at dst (either side disconnecting in turn), then three connects
+// to dst's port+1, where nobody listens, which must end REJECTED with
+// "invalid service ID"; at least 95% of the cycles must connect.
+func runCycles(t *testing.T, m *rdmacm.Manager, dst netip.AddrPort, cycles int) {
+	t.Helper()
 	ch := rdmacm.NewEventChannel()
 	start := time.Now()
 	var established, failed, byServer int
@@ -131,7 +142,7 @@ func connectCycles(t *testing.T, relay bool, ne netns.Netem, cycles int) {
 		if i%2 == 1 {
 			who = serverDisconnects
 		}
-		ok, ev := cycle(t, m, ch, netip.AddrPortFrom(p.B.Addr, port), who)
+		ok, ev := cycle(t, m, ch, dst, who)
 		if ok {
 			established++
 			if who == serverDisconnects {
@@ -145,7 +156,7 @@ func connectCycles(t *testing.T, relay bool, ne netns.Netem, cycles int) {
 	// Nobody listens on port+1: the server's CM rejects.
 	rejected := 0
 	for range 3 {
-		if ok, ev := cycle(t, m, ch, netip.AddrPortFrom(p.B.Addr, port+1), clientDisconnects); ok {
+		if ok, ev := cycle(t, m, ch, netip.AddrPortFrom(dst.Addr(), dst.Port()+1), clientDisconnects); ok {
 			t.Fatal("connected to a port nobody listens on")
 		} else if ev.Type == rdmacm.EventRejected && ev.Status == int(mad.RejInvalidServiceID) {
 			rejected++
@@ -256,30 +267,43 @@ func TestConnectCyclesServer(t *testing.T) {
 	if err := m.AddDevice(dev); err != nil {
 		t.Fatal(err)
 	}
-	ch := rdmacm.NewEventChannel()
-	lis, err := m.CreateID(ch, nil, rdmacm.PSTCP)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := lis.BindAddr(addr); err != nil {
-		t.Fatal(err)
-	}
-	if err := lis.Listen(0); err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { // stdin closing ends the server
 		var b [1]byte
 		os.Stdin.Read(b[:])
 		cancel()
 	}()
-	fmt.Println("ready")
+	serveCycles(ctx, t, m, addr, func() { fmt.Println("ready") },
+		func(accepted, disconnected int) {
+			fmt.Printf("served %d connections, %d disconnected\n", accepted, disconnected)
+		})
+}
+
+// serveCycles is the server side of the connect cycles: it listens on
+// addr, accepts every request, disconnects first once established when
+// the connection asks for it, answers the client's disconnects, and
+// returns (calling done with its counts) when ctx ends.
+func serveCycles(ctx context.Context, t *testing.T, m *rdmacm.Manager, addr netip.AddrPort, ready func(), done func(accepted, disconnected int)) {
+	ch := rdmacm.NewEventChannel()
+	lis, err := m.CreateID(ch, nil, rdmacm.PSTCP)
+	if err == nil {
+		err = lis.BindAddr(addr)
+	}
+	if err == nil {
+		err = lis.Listen(0)
+	}
+	if err != nil { // an Error, not Fatal: this may run on a goroutine
+		t.Errorf("listen on %v: %v", addr, err)
+		done(0, 0)
+		return
+	}
+	ready()
 	var accepted, disconnected int
 	qpn := uint32(0x100000)
 	for {
 		ev, err := ch.GetEvent(ctx)
 		if err != nil {
-			fmt.Printf("served %d connections, %d disconnected\n", accepted, disconnected)
+			done(accepted, disconnected)
 			return
 		}
 		switch ev.Type {

@@ -215,7 +215,7 @@ func (in *Instance) Peers() []PeerInfo {
 			st = "down"
 		}
 		pi := PeerInfo{
-			NID: p.nid, NI: p.ni.nid(), Refs: int(p.refs) + 1, State: st,
+			NID: p.nid, Refs: int(p.refs) + 1, State: st,
 			MaxTxCredits: int(p.maxTxCredits), TxCredits: int(p.txCredits), MinTxCredits: int(p.minTxCredits),
 			QueueBytes: p.txqnob, QueueLen: p.txq.n, PrimaryNID: p.nid,
 			MaxRtrCredits: int(p.maxRtrCredits), RtrCredits: int(p.rtrCredits), MinRtrCredits: int(p.minRtrCredits),
@@ -223,7 +223,13 @@ func (in *Instance) Peers() []PeerInfo {
 		if p.lastAlive > 0 {
 			pi.LastAlive = in.start.Add(time.Duration(p.lastAlive))
 		}
-		if prim, ok := in.primary[p.nid]; ok {
+		if p.ni != nil {
+			pi.NI = p.ni.nid()
+		}
+		if p.lp != nil {
+			pi.PrimaryNID = p.lp.primary
+		}
+		if prim, ok := in.primary[p.nid]; ok && pi.PrimaryNID == p.nid {
 			pi.PrimaryNID = prim
 		}
 		out = append(out, pi)
@@ -238,34 +244,4 @@ func (in *Instance) Peers() []PeerInfo {
 		return 0
 	})
 	return out
-}
-
-// DelPeer forgets an idle peer NI and tells its LND (lnetctl peer del).
-// It fails with ErrBusy while messages use it.
-func (in *Instance) DelPeer(nid lnetwire.NID) error {
-	in.mu.Lock()
-	p := in.peers[nid]
-	if p == nil {
-		in.mu.Unlock()
-		return ErrNoEnt
-	}
-	if p.refs > 0 || p.txq.n > 0 || p.rtrq.n > 0 {
-		in.mu.Unlock()
-		return ErrBusy
-	}
-	delete(in.peers, nid)
-	delete(in.primary, nid)
-	ni := p.ni
-	ok := !ni.down
-	if ok {
-		ni.calls.Add(1)
-	}
-	in.mu.Unlock()
-	if ok {
-		if n, is := ni.drv.(lnd.PeerDownNotifier); is {
-			n.NotifyPeerDown(nid)
-		}
-		ni.calls.Done()
-	}
-	return nil
 }

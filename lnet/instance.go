@@ -73,7 +73,8 @@ type Instance struct {
 	portals    [MaxPortals]portal
 	mds        map[uint64]*libMD
 	nextCookie uint64
-	peers      map[lnetwire.NID]*peer
+	peers      map[lnetwire.NID]*peer        // every known NID's peer NI (peer.go)
+	lpeers     map[lnetwire.NID]*lpeer       // peers by primary NID (peer.go)
 	primary    map[lnetwire.NID]lnetwire.NID // learned by Ping
 	globals    Globals
 	stats      Stats
@@ -128,6 +129,7 @@ func New(cfg Config) (*Instance, error) {
 		niOf:    make(map[*lnd.NI]*netIface),
 		mds:     make(map[uint64]*libMD),
 		peers:   make(map[lnetwire.NID]*peer),
+		lpeers:  make(map[lnetwire.NID]*lpeer),
 		primary: make(map[lnetwire.NID]lnetwire.NID),
 		globals: cfg.Globals.withDefaults(),
 		start:   time.Now(),
@@ -304,19 +306,7 @@ func (in *Instance) stopNI(ni *netIface) {
 		failed.push(m)
 	}
 	var routed msgQueue
-	for nid, p := range in.peers {
-		if p.ni != ni {
-			continue
-		}
-		for m := p.txq.pop(); m != nil; m = p.txq.pop() {
-			failed.push(m)
-		}
-		for m := p.rtrq.pop(); m != nil; m = p.rtrq.pop() {
-			m.rxNI.calls.Add(1)
-			routed.push(m)
-		}
-		delete(in.peers, nid)
-	}
+	in.unbindNILocked(ni, &failed, &routed)
 	for i := range in.router.pools {
 		pool := &in.router.pools[i]
 		chain := pool.msgs.removeIf(func(m *message) bool { return m.rxNI == ni })

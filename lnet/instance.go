@@ -79,6 +79,8 @@ type Instance struct {
 	globals    Globals
 	stats      Stats
 	ping       pingState
+	disc       discState  // discovery.go
+	fault      faultState // fault.go
 	rsp        rspList
 	routes     routeTable  // route.go
 	router     routerState // router.go
@@ -138,6 +140,8 @@ func New(cfg Config) (*Instance, error) {
 		in.pid = lnetwire.PIDLustre
 	}
 	in.router.init(cfg.Router)
+	in.disc.init()
+	in.fault.init()
 	in.rc.ctx, in.rc.cancel = context.WithCancel(context.Background())
 	if in.router.on {
 		in.mu.Lock()
@@ -342,6 +346,7 @@ func (in *Instance) stopNI(ni *netIface) {
 		in.mu.Unlock()
 		_ = ni.drv.Recv(private, nil, true, lnd.IOV{}, rlen)
 	}
+	in.faultFlushNI(ni)
 	ni.calls.Wait()
 	ni.drv.Shutdown()
 	in.mu.Lock()
@@ -439,18 +444,6 @@ func (in *Instance) Dist(nid lnetwire.NID) (dist int, src lnetwire.NID, order in
 		return d, src, o, nil
 	}
 	return 0, 0, 0, ErrNoRoute
-}
-
-// PrimaryNID returns the primary NID of the peer owning nid
-// (LNetPrimaryNID): the one learned from its ping reply, or nid itself
-// when unknown. It never triggers discovery.
-func (in *Instance) PrimaryNID(nid lnetwire.NID) lnetwire.NID {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if p, ok := in.primary[nid]; ok {
-		return p
-	}
-	return nid
 }
 
 // IsPeerLocal reports whether nid is one of this node's NIDs

@@ -57,6 +57,10 @@ type message struct {
 	peerRtrCredit bool      // holds a peer router credit
 	rxDelayed     bool      // waited for router credits (Recv is delayed)
 
+	// Fault injection (fault.go): held by a delay rule until faultAt.
+	faultAt   time.Time
+	faultHeld bool
+
 	next *message // msgQueue link
 }
 
@@ -251,6 +255,9 @@ func (in *Instance) postSendLocked(m *message) (sendResult, error) {
 			ni.txq.push(m)
 			return sendQueued, nil
 		}
+	}
+	if in.faultDelayTxLocked(m) { // fault.go: held, then sent
+		return sendQueued, nil
 	}
 	m.queued = false
 	ni.calls.Add(1)

@@ -8,10 +8,13 @@ import (
 	"softib/wire/lnetwire"
 )
 
-// pingFeatures are the feature bits this node advertises: base and NI
-// status, plus "routing disabled" unless it forwards (a gateway whose
-// reply carries RTE_DISABLED is not used by its peers' routes).
-const pingFeatures = lnetwire.PingFeatBase | lnetwire.PingFeatNIStatus
+// pingFeatures are the feature bits this node always advertises: NI
+// status and Multi-Rail, as Lustre's lnet_ping_buffer_alloc sets them;
+// pingInfoLocked adds "routing disabled" unless it forwards (a gateway
+// whose reply carries RTE_DISABLED is not used by its peers' routes) and
+// DISCOVERY unless discovery is off (lnet_ping_target_update). BASE
+// ("just a ping") is kept for peers that test it.
+const pingFeatures = lnetwire.PingFeatBase | lnetwire.PingFeatNIStatus | lnetwire.PingFeatMultiRail
 
 // pingState is the ping responder: an ME on the reserved portal matching
 // the ping bits from anyone, with an MD holding lnet_ping_info.
@@ -31,7 +34,7 @@ func (in *Instance) startPing() error {
 	in.ping.me = me
 	in.updatePingLocked()
 	in.mu.Unlock()
-	return nil
+	return in.startPushTarget()
 }
 
 // pingInfoLocked builds this node's lnet_ping_info: 0@lo first with the
@@ -40,6 +43,9 @@ func (in *Instance) pingInfoLocked() lnetwire.PingInfo {
 	info := lnetwire.PingInfo{Features: pingFeatures, PID: in.pid}
 	if !in.router.on {
 		info.Features |= lnetwire.PingFeatRteDisabled
+	}
+	if !in.disc.off {
+		info.Features |= lnetwire.PingFeatDiscovery
 	}
 	info.NIs = append(info.NIs, lnetwire.PingNI{NID: lnetwire.NIDLo0, Status: in.ping.seq})
 	for _, ni := range in.nis {
@@ -76,6 +82,7 @@ func (in *Instance) updatePingLocked() {
 	md.me = me
 	me.md = md
 	in.ping.md = md
+	in.pushAfterChangeLocked()
 }
 
 // PingResult is what a ping learned about a peer.
@@ -87,6 +94,9 @@ type PingResult struct {
 	NIDs []lnetwire.PingNI
 	// Features are the reply's feature bits.
 	Features uint32
+	// Seq is the peer's ping buffer sequence number (the status of its
+	// 0@lo entry).
+	Seq uint32
 	// RTT is the time from sending the GET to the REPLY event.
 	RTT time.Duration
 }
@@ -143,7 +153,8 @@ func (in *Instance) Ping(ctx context.Context, target lnetwire.ProcessID, timeout
 	}
 }
 
-// pingReply decodes and checks a ping reply and records the primary NID.
+// pingReply decodes and checks a ping reply. What the reply says about
+// the peer's NIDs reaches the peer model through discovery only.
 func (in *Instance) pingReply(target lnetwire.ProcessID, b []byte, rtt time.Duration) (PingResult, error) {
 	info, err := lnetwire.ParsePingInfo(b)
 	if err != nil {
@@ -155,22 +166,10 @@ func (in *Instance) pingReply(target lnetwire.ProcessID, b []byte, rtt time.Dura
 	res := PingResult{Target: lnetwire.ProcessID{NID: target.NID, PID: info.PID}, Features: info.Features, RTT: rtt}
 	for _, e := range info.NIs {
 		if e.NID == lnetwire.NIDLo0 {
+			res.Seq = e.Status
 			continue
 		}
 		res.NIDs = append(res.NIDs, e)
 	}
-	if len(res.NIDs) > 0 {
-		prim := res.NIDs[0].NID
-		in.mu.Lock()
-		if !in.isLocalLocked(prim) {
-			for _, e := range res.NIDs {
-				in.primary[e.NID] = prim
-			}
-		}
-		in.mu.Unlock()
-	}
 	return res, nil
 }
-
-// isLocalLocked is IsPeerLocal with mu held.
-func (in *Instance) isLocalLocked(nid lnetwire.NID) bool { return in.byNID[nid] != nil }

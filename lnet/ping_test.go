@@ -89,6 +89,15 @@ func TestPingInfoUpdates(t *testing.T) {
 	if err != nil || len(res.NIDs) != 2 || res.NIDs[0].NID != nidB || res.NIDs[1].NID != nidB2 {
 		t.Fatalf("ping %+v %v", res, err)
 	}
+	// A ping alone changes no peer; discovery makes both NIDs one peer,
+	// after which PrimaryNID of the second (unreachable from a: no NI on
+	// tcp1) answers from what discovery learned.
+	if res.Features&(lnetwire.PingFeatMultiRail|lnetwire.PingFeatDiscovery) != lnetwire.PingFeatMultiRail|lnetwire.PingFeatDiscovery {
+		t.Fatalf("features %#x: want Multi-Rail and discovery", res.Features)
+	}
+	if r, err := a.Discover(context.Background(), nidB, false); err != nil || !r.MultiRail || r.Primary != nidB || len(r.NIDs) != 2 {
+		t.Fatalf("discover %+v %v", r, err)
+	}
 	if a.PrimaryNID(nidB2) != nidB {
 		t.Fatalf("PrimaryNID(%v) = %v, want %v", nidB2, a.PrimaryNID(nidB2), nidB)
 	}

@@ -128,11 +128,12 @@ func testPutGet(t *testing.T, s, r *lnet.Instance, eqS, eqR *lnet.EQ, target lne
 	if st.MsgsAlloc != 0 || st.Errors != 0 {
 		t.Fatalf("sender stats %+v", st)
 	}
-	// Only the ping ME/MD and the receive ME/MD remain (plus newLo's
-	// portal-1 sink on loopback); the AutoUnlink source MDs are gone.
-	want := 2
+	// Only the ping ME/MD, the two push-target MEs/MDs and the receive
+	// ME/MD remain (plus newLo's portal-1 sink on loopback); the
+	// AutoUnlink source MDs are gone.
+	want := 4
 	if s == r {
-		want = 3
+		want = 5
 	}
 	if st := r.Stats(); st.MEs != want || st.MDs != want {
 		t.Fatalf("receiver stats %+v, want %d MEs and MDs", st, want)

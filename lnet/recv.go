@@ -88,6 +88,15 @@ func (in *Instance) parse(lni *lnd.NI, hdr *lnetwire.Header, from lnetwire.NID, 
 		return lnd.ErrShutdown
 	}
 	in.pingedLocked(ni, hdr)
+	if in.faultDropRxLocked(hdr, ni) { // fault.go: simulated message loss
+		in.stats.DropCount++
+		in.stats.DropLength += uint64(rlen)
+		ni.dropCount++
+		ni.calls.Add(1)
+		in.mu.Unlock()
+		in.dropRx(ni, private, rlen)
+		return nil
+	}
 	dst := hdr.DestNID
 	if in.byNID[dst] == nil && !(ni.lo && dst == lnetwire.NIDLo0) {
 		// Not for us: the rules of lnet_parse for messages to forward.
@@ -152,8 +161,17 @@ func (in *Instance) parse(lni *lnd.NI, hdr *lnetwire.Header, from lnetwire.NID, 
 		RLength:   rlen,
 	}
 	m.hasEvent = true
+	if in.faultDelayRxLocked(m) { // fault.go: held, then parseLocalLocked
+		in.mu.Unlock()
+		return nil
+	}
+	return in.parseLocalLocked(m)
+}
 
-	switch hdr.Type {
+// parseLocalLocked is lnet_parse_local: deliver a received message
+// addressed to us by type; it unlocks.
+func (in *Instance) parseLocalLocked(m *message) error {
+	switch m.Hdr.Type {
 	case lnetwire.MsgPUT:
 		return in.parsePutLocked(m, false)
 	case lnetwire.MsgGET:

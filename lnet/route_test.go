@@ -699,7 +699,8 @@ func TestRouterChain(t *testing.T) {
 	for _, in := range []*lnet.Instance{ia, ib} {
 		in.SetGlobals(noChecker())
 	}
-	waitFor(t, "pings done", func() bool { return ia.Stats().MDs == 1 && ib.Stats().MDs == 1 })
+	// Left: the ping MD and the two push-target MDs of each.
+	waitFor(t, "pings done", func() bool { return ia.Stats().MDs == 3 && ib.Stats().MDs == 3 })
 	eqA, _ := ia.EQAlloc(64, nil)
 	eqB, _ := ib.EQAlloc(64, nil)
 	testPutGet(t, ia, ib, eqA, eqB, lnetwire.ProcessID{NID: b, PID: ib.PID()}, 300000, 2)

@@ -9,8 +9,16 @@ import (
 	"softib/verbs"
 )
 
-// Example connects two Soft-RoCE devices on loopback addresses and sends
-// one RC message.
+// Example connects two Soft-RoCE devices on loopback addresses by hand
+// (the verbs a CM would run: QP states, GIDs, keys) and does an RC RDMA
+// WRITE followed by a SEND. rdmacm's Example_endpoint does the same in a
+// quarter of the lines.
+//
+// Two access rights must agree for a WRITE to land: the target MR's
+// (AccessRemoteWrite) and the target QP's (QPAttr.AccessFlags, set on
+// the way to INIT). Modifying to INIT with QPAttrAccessFlags in the
+// mask but AccessFlags left 0 allows no remote access at all: the WRITE
+// then fails at the requester with a remote access error.
 func Example() {
 	open := func(ip netip.Addr) verbs.Device {
 		d, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: ip}})
@@ -30,24 +38,29 @@ func Example() {
 		qp  verbs.QP
 		mr  verbs.MR
 	}
+	const access = verbs.AccessLocalWrite | verbs.AccessRemoteWrite // MR and QP alike
 	mk := func(d verbs.Device) *side {
 		pd, _ := d.AllocPD()
 		cq, _ := d.CreateCQ(verbs.CQAttr{CQE: 16})
 		qp, _ := pd.CreateQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
 			Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
-		mr, _ := pd.RegMR(make([]byte, 64), verbs.AccessLocalWrite)
+		mr, _ := pd.RegMR(make([]byte, 64), access)
 		return &side{d, cq, qp, mr}
 	}
 	a, b := mk(da), mk(db)
 	connect := func(s, peer *side) {
 		gid, _ := peer.dev.QueryGID(1, 1) // the IPv4-mapped GID
-		s.qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1},
-			verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags)
-		s.qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, DestQPN: peer.qp.QPN(),
+		if err := s.qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1, AccessFlags: access},
+			verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+			panic(err)
+		}
+		if err := s.qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, DestQPN: peer.qp.QPN(),
 			MaxDestRdAtomic: 1, MinRNRTimer: 12, AH: verbs.AHAttr{IsGlobal: true, PortNum: 1,
 				GRH: verbs.GlobalRoute{DGID: gid, SGIDIndex: 1, HopLimit: 64}}},
 			verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
-				verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer)
+				verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
+			panic(err)
+		}
 		if err := s.qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
 			verbs.QPAttrState|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|verbs.QPAttrSQPSN|verbs.QPAttrMaxQPRdAtomic); err != nil {
 			panic(err)
@@ -56,16 +69,21 @@ func Example() {
 	connect(a, b)
 	connect(b, a)
 
-	b.qp.PostRecv([]verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{b.mr.SGE(0, 64)}}})
-	a.qp.PostSend([]verbs.SendWR{{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled | verbs.SendInline,
-		InlineData: []byte("hello, rxe")}})
+	// The peer's buffer address and R_Key would come over the network;
+	// here both sides live in one process.
+	copy(a.mr.Buf(), "hello")
+	b.qp.PostRecv([]verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{b.mr.SGE(0, 32)}}})
+	a.qp.PostSend([]verbs.SendWR{
+		{ID: 2, Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{a.mr.SGE(0, 5)}, RemoteAddr: b.mr.Addr() + 32, RKey: b.mr.RKey()},
+		{ID: 3, Opcode: verbs.WRSend, Flags: verbs.SendSignaled | verbs.SendInline, InlineData: []byte("done")},
+	})
 
 	wc := make([]verbs.WC, 1)
 	for n, _ := b.cq.Poll(wc); n == 0; n, _ = b.cq.Poll(wc) {
 		time.Sleep(time.Millisecond)
 	}
-	fmt.Println(wc[0].Opcode, wc[0].Status, string(b.mr.Buf()[:wc[0].ByteLen]))
-	// Output: RECV success hello, rxe
+	fmt.Println(wc[0].Opcode, wc[0].Status, string(b.mr.Buf()[:wc[0].ByteLen]), string(b.mr.Buf()[32:37]))
+	// Output: RECV success done hello
 }
 
 // Example_completionHandler answers every message in the receiving CQ's

@@ -10,9 +10,12 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,12 +41,100 @@ type arrival struct {
 // udpFlow sends n numbered datagrams of size bytes from host from to
 // host to (IPv6 if v6), then calls between, then resends an end marker
 // until it arrives, and returns the data datagrams in arrival order.
+// flowWindow is how many datagrams udpFlow lets be on their way (sent,
+// neither received nor dropped by the router's impairment): far fewer
+// than the receiver's socket buffer or a CPU's netdev backlog (1000)
+// holds, so the kernel never drops one however long the reader or the
+// router goes unscheduled on a loaded machine, and only the impairment
+// loses datagrams. More than any ReorderGap, so held packets get out.
+const flowWindow = 64
+
+// waitWindow blocks until fewer than flowWindow of the sent datagrams are
+// unaccounted for: received (unique) or dropped or corrupted by the
+// router in direction d.
+func waitWindow(t *testing.T, r *netemu.Router, d netemu.Dir, sent int, unique *atomic.Int64, progress <-chan struct{}) {
+	t.Helper()
+	var tick *time.Ticker
+	deadline := time.Now().Add(15 * time.Second) // hang guard only
+	for {
+		s := r.Stats().AtoB
+		if d == netemu.BtoA {
+			s = r.Stats().BtoA
+		}
+		if int64(sent)-unique.Load()-int64(s.Dropped+s.Corrupted) < flowWindow {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("window stuck: %d sent, %d received, router stats %+v", sent, unique.Load(), s)
+		}
+		if tick == nil {
+			tick = time.NewTicker(time.Millisecond) // router drops do not signal progress
+			defer tick.Stop()
+		}
+		select {
+		case <-progress:
+		case <-tick.C:
+		}
+	}
+}
+
+// udpRcvbufErrors returns the UDP RcvbufErrors counter of h's namespace
+// (/proc/net/snmp): datagrams its sockets' receive buffers had no room
+// for.
+func udpRcvbufErrors(t *testing.T, h *netemu.Host) uint64 {
+	t.Helper()
+	var b []byte
+	if err := h.Do(func() (err error) {
+		// thread-self: Do runs f on a thread inside the namespace, while
+		// /proc/self/net follows the process's main thread.
+		b, err = os.ReadFile("/proc/thread-self/net/snmp")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != "Udp:" {
+			continue
+		}
+		if names == nil {
+			names = f
+			continue
+		}
+		for i, name := range names {
+			if name == "RcvbufErrors" && i < len(f) {
+				v, err := strconv.ParseUint(f[i], 10, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return v
+			}
+		}
+	}
+	t.Fatalf("no Udp RcvbufErrors in %s's /proc/net/snmp", h.Name)
+	return 0
+}
+
 // endMarkers is how many end markers the receiver of udpFlow waits for:
 // more than the largest ReorderGap the tests use.
 const endMarkers = 4
 
-func udpFlow(t *testing.T, from, to *netemu.Host, v6 bool, n, size int, between func()) []arrival {
+func udpFlow(t *testing.T, r *netemu.Router, d netemu.Dir, v6 bool, n, size int, between func()) []arrival {
 	t.Helper()
+	from, to := r.A, r.B
+	if d == netemu.BtoA {
+		from, to = r.B, r.A
+	}
+	rcvbufErrs := udpRcvbufErrors(t, to)
+	defer func() {
+		// Every datagram the router forwarded reached the socket: the
+		// window below keeps the receiver's buffer from overflowing, and
+		// a drop there would read as a router fault.
+		if k := udpRcvbufErrors(t, to) - rcvbufErrs; k != 0 {
+			t.Errorf("the receiver's kernel dropped %d datagrams (UDP RcvbufErrors in %s)", k, to.Name)
+		}
+	}()
 	srcIP, dstIP := from.Addr, to.Addr
 	if v6 {
 		srcIP, dstIP = from.Addr6, to.Addr6
@@ -82,8 +173,11 @@ func udpFlow(t *testing.T, from, to *netemu.Host, v6 bool, n, size int, between 
 	dst := net.UDPAddrFromAddrPort(netip.AddrPortFrom(dstIP, 4791))
 
 	done := make(chan []arrival, 1)
+	var unique atomic.Int64            // distinct data datagrams received
+	progress := make(chan struct{}, 1) // a datagram arrived
 	go func() {
 		var got []arrival
+		seen := make([]bool, n)
 		markers := 0
 		buf := make([]byte, size+100)
 		for {
@@ -108,7 +202,16 @@ func udpFlow(t *testing.T, from, to *netemu.Host, v6 bool, n, size int, between 
 				}
 				continue
 			}
-			got = append(got, arrival{binary.BigEndian.Uint32(buf), src.Addr().Unmap()})
+			seq := binary.BigEndian.Uint32(buf)
+			got = append(got, arrival{seq, src.Addr().Unmap()})
+			if seq < uint32(n) && !seen[seq] {
+				seen[seq] = true
+				unique.Add(1)
+				select {
+				case progress <- struct{}{}:
+				default:
+				}
+			}
 		}
 	}()
 
@@ -119,11 +222,7 @@ func udpFlow(t *testing.T, from, to *netemu.Host, v6 bool, n, size int, between 
 		if _, err := tx.WriteTo(b, dst); err != nil {
 			t.Fatal(err)
 		}
-		if i%64 == 63 {
-			// Pace a little so that no socket buffer overflows: only the
-			// impairment should lose datagrams.
-			time.Sleep(500 * time.Microsecond)
-		}
+		waitWindow(t, r, d, i+1, &unique, progress)
 	}
 	if between != nil {
 		between()
@@ -191,18 +290,19 @@ func TestUnimpaired(t *testing.T) {
 	r := netemu.New(t, netemu.Config{})
 	for _, c := range []struct {
 		name     string
+		dir      netemu.Dir
 		from, to *netemu.Host
 		v6       bool
 		n, size  int
 	}{
-		{"AtoB", r.A, r.B, false, 2000, 1200},
-		{"BtoA", r.B, r.A, false, 2000, 1200},
-		{"AtoB6", r.A, r.B, true, 2000, 1200},
-		{"AtoB-fragmented", r.A, r.B, false, 100, 5000}, // IP fragments cross too
-		{"BtoA6-fragmented", r.B, r.A, true, 100, 5000},
+		{"AtoB", netemu.AtoB, r.A, r.B, false, 2000, 1200},
+		{"BtoA", netemu.BtoA, r.B, r.A, false, 2000, 1200},
+		{"AtoB6", netemu.AtoB, r.A, r.B, true, 2000, 1200},
+		{"AtoB-fragmented", netemu.AtoB, r.A, r.B, false, 100, 5000}, // IP fragments cross too
+		{"BtoA6-fragmented", netemu.BtoA, r.B, r.A, true, 100, 5000},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got := udpFlow(t, c.from, c.to, c.v6, c.n, c.size, nil)
+			got := udpFlow(t, r, c.dir, c.v6, c.n, c.size, nil)
 			if len(got) != c.n {
 				t.Fatalf("got %d of %d datagrams; stats %+v", len(got), c.n, r.Stats())
 			}
@@ -228,7 +328,7 @@ func TestReorder(t *testing.T) {
 	r := netemu.New(t, netemu.Config{Seed: 1})
 	r.SetImpairment(netemu.AtoB, netemu.Impairment{Reorder: 0.2, ReorderGap: 3})
 	const n = 1000
-	got := udpFlow(t, r.A, r.B, false, n, 200, nil)
+	got := udpFlow(t, r, netemu.AtoB, false, n, 200, nil)
 	late, dups := outOfOrder(got)
 	s := r.Stats().AtoB
 	t.Logf("20%% reorder: %d of %d late, %d dups; stats %+v", late, len(got), dups, s)
@@ -244,7 +344,7 @@ func TestDuplicate(t *testing.T) {
 	r := netemu.New(t, netemu.Config{Seed: 2})
 	r.SetImpairment(netemu.BtoA, netemu.Impairment{Duplicate: 0.1})
 	const n = 1000
-	got := udpFlow(t, r.B, r.A, false, n, 200, nil)
+	got := udpFlow(t, r, netemu.BtoA, false, n, 200, nil)
 	_, dups := outOfOrder(got)
 	s := r.Stats().BtoA
 	t.Logf("10%% duplication: %d arrivals for %d sent, %d dups; stats %+v", len(got), n, dups, s)
@@ -257,7 +357,7 @@ func TestLoss(t *testing.T) {
 	r := netemu.New(t, netemu.Config{Seed: 3})
 	r.SetImpairment(netemu.AtoB, netemu.Impairment{Loss: 0.2, Match: netemu.Filter{Proto: 17, Port: 4791}})
 	const n = 1000
-	got := udpFlow(t, r.A, r.B, false, n, 200, func() {
+	got := udpFlow(t, r, netemu.AtoB, false, n, 200, func() {
 		settle(t, r, netemu.AtoB, n)
 		r.SetImpairment(netemu.Both, netemu.Impairment{})
 	})
@@ -272,7 +372,7 @@ func TestCorrupt(t *testing.T) {
 	r := netemu.New(t, netemu.Config{Seed: 4})
 	r.SetImpairment(netemu.AtoB, netemu.Impairment{Corrupt: 1})
 	const n = 200
-	got := udpFlow(t, r.A, r.B, false, n, 200, func() {
+	got := udpFlow(t, r, netemu.AtoB, false, n, 200, func() {
 		settle(t, r, netemu.AtoB, n)
 		r.SetImpairment(netemu.AtoB, netemu.Impairment{})
 	})
@@ -585,7 +685,7 @@ func TestCleanup(t *testing.T) {
 	var names []string
 	t.Run("router", func(t *testing.T) {
 		r := netemu.New(t, netemu.Config{})
-		udpFlow(t, r.A, r.B, false, 10, 10, nil)
+		udpFlow(t, r, netemu.AtoB, false, 10, 10, nil)
 		// Leave a packet queued at the end.
 		r.SetImpairment(netemu.Both, netemu.Impairment{Delay: time.Hour})
 		var tx *net.UDPConn

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
 	"net/netip"
 	"testing"
 
@@ -147,5 +150,121 @@ func TestLoginFailures(t *testing.T) {
 	in := dialInitiator(t, e.m, e.b, e.tgt.Addr(), 1, 4096)
 	if st, _ := in.login("iqn.2026-11.org.softib:nobody"); st != statusNotFound {
 		t.Fatalf("status %#x, want target not found", st)
+	}
+}
+
+// TestDiscoveryTCP runs open-iscsi's SendTargets exchange over TCP.
+func TestDiscoveryTCP(t *testing.T) {
+	e := newEnv(t, 1<<20, 4)
+	nc, err := net.Dial("tcp", e.tgt.DiscoveryAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	xchg := func(h BHS, text []byte) (BHS, []KV) {
+		h.SetDataLen(len(text))
+		msg := append(append([]byte(h), text...), make([]byte, pad4(len(text))-len(text))...)
+		if _, err := nc.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		rh := BHS(make([]byte, BHSLen))
+		if _, err := io.ReadFull(nc, rh); err != nil {
+			t.Fatal(err)
+		}
+		data := make([]byte, pad4(rh.DataLen()))
+		if _, err := io.ReadFull(nc, data); err != nil {
+			t.Fatal(err)
+		}
+		kvs, err := ParseText(data[:rh.DataLen()])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rh, kvs
+	}
+	h := BHS(make([]byte, BHSLen))
+	h[0], h[1] = OpLoginReq|opImmediate, flagFinal|StageSecurity<<2|StageOperational
+	h.PutU32(16, 1)
+	rh, kvs := xchg(h, AppendText(nil, KV{"InitiatorName", "iqn.i"}, KV{"SessionType", "Discovery"}, KV{"AuthMethod", "None"}))
+	if rh.Opcode() != OpLoginRsp || rh[36] != 0 || rh.NSG() != StageOperational || len(kvs) != 1 || kvs[0] != (KV{"AuthMethod", "None"}) {
+		t.Fatalf("security: % x %v", rh[:4], kvs)
+	}
+	h[1] = flagFinal | StageOperational<<2 | StageFullFeature
+	rh, kvs = xchg(h, AppendText(nil, KV{"HeaderDigest", "None"}, KV{"DataDigest", "None"},
+		KV{"MaxRecvDataSegmentLength", "32768"}, KV{"X-com.example.Foo", "1"}))
+	if rh[36] != 0 || rh.NSG() != StageFullFeature || rh.TSIH() == 0 {
+		t.Fatalf("operational: % x %v", rh[:40], kvs)
+	}
+	if want := []KV{{"HeaderDigest", "None"}, {"DataDigest", "None"}, {"MaxRecvDataSegmentLength", "8192"},
+		{"X-com.example.Foo", "NotUnderstood"}}; fmt.Sprint(kvs) != fmt.Sprint(want) {
+		t.Fatalf("keys %v", kvs)
+	}
+	th := BHS(make([]byte, BHSLen))
+	th[0], th[1] = OpTextReq, flagFinal
+	th.PutU32(16, 2)
+	th.PutU32(20, noTag)
+	rh, kvs = xchg(th, AppendText(nil, KV{"SendTargets", "All"}))
+	want := []KV{{"TargetName", testIQN}, {"TargetAddress", e.tgt.Addr().String() + ",1"}}
+	if rh.Opcode() != OpTextRsp || fmt.Sprint(kvs) != fmt.Sprint(want) {
+		t.Fatalf("SendTargets: %v", kvs)
+	}
+	lh := BHS(make([]byte, BHSLen))
+	lh[0], lh[1] = OpLogoutReq|opImmediate, flagFinal
+	lh.PutU32(16, 3)
+	if rh, _ = xchg(lh, nil); rh.Opcode() != OpLogoutRsp || rh[2] != 0 {
+		t.Fatalf("logout % x", rh[:4])
+	}
+	// A normal session over TCP is refused: data moves over RDMA.
+	nc2, err := net.Dial("tcp", e.tgt.DiscoveryAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc2.Close()
+	nc = nc2
+	h[1] = flagFinal | StageOperational<<2 | StageFullFeature
+	if rh, _ = xchg(h, AppendText(nil, KV{"InitiatorName", "iqn.i"}, KV{"TargetName", testIQN})); rh[36] == 0 {
+		t.Fatal("normal session over TCP accepted")
+	}
+}
+
+// TestTaskManagementAndNOP sends a NOP-Out ping and an ABORT TASK for a
+// finished task, and LUN RESET.
+func TestTaskManagementAndNOP(t *testing.T) {
+	e := newEnv(t, 1<<20, 4)
+	in := dialInitiator(t, e.m, e.b, e.tgt.Addr(), 2, 4096)
+	if st, _ := in.login(testIQN); st != 0 {
+		t.Fatal(st)
+	}
+	h := BHS(make([]byte, BHSLen))
+	h[0], h[1] = OpNOPOut|opImmediate, flagFinal
+	in.itt++
+	h.PutU32(16, in.itt)
+	h.PutU32(20, noTag)
+	h.PutU32(24, in.cmdSN)
+	in.sendPDU(0, h, []byte("ping"), 0, 0, 0, 0)
+	if r := in.wait(in.itt); BHS(r.bhs[:]).Opcode() != OpNOPIn || string(r.data) != "ping" {
+		t.Fatalf("nop-in %x %q", r.bhs[0], r.data)
+	}
+	for _, tc := range []struct {
+		fn   byte
+		lun  uint64
+		want byte
+	}{{tmfAbortTask, 0, tmfRspNoTask}, {tmfLUNReset, 0, tmfRspComplete}, {tmfLUNReset, 9, tmfRspNoLUN}, {7, 0, tmfRspNotSupp}} {
+		h := BHS(make([]byte, BHSLen))
+		h[0], h[1] = OpTMFReq|opImmediate, flagFinal|tc.fn
+		l := scsi.EncodeLUN(tc.lun)
+		copy(h[8:16], l[:])
+		in.itt++
+		h.PutU32(16, in.itt)
+		h.PutU32(20, 12345)
+		h.PutU32(24, in.cmdSN)
+		in.sendPDU(0, h, nil, 0, 0, 0, 0)
+		if r := in.wait(in.itt); BHS(r.bhs[:]).Opcode() != OpTMFRsp || r.bhs[2] != tc.want {
+			t.Fatalf("tmf %d: response %d, want %d", tc.fn, r.bhs[2], tc.want)
+		}
+	}
+	c := []*cmd{{cdb: []byte{scsi.OpTestUnitReady, 0, 0, 0, 0, 0}}}
+	in.do(0, c)
+	if c[0].status != scsi.StatusGood {
+		t.Fatal(c[0])
 	}
 }

@@ -1,0 +1,88 @@
+package stat
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// WriteLinks prints the device counters as `rdma statistic show` does:
+// one line per device, "link rxe0/1" then name-value pairs, rxe's
+// counters first; the process holding the device follows in brackets.
+func WriteLinks(w io.Writer, sns []*Snapshot) {
+	for _, sn := range sns {
+		var b strings.Builder
+		fmt.Fprintf(&b, "link %s/%d", sn.Device, sn.Port)
+		for _, c := range sn.Counters {
+			fmt.Fprintf(&b, " %s %d", c.Name, c.Value)
+		}
+		fmt.Fprintf(&b, " [addr %v pid %d comm %s]", sn.Addr, sn.PID, sn.Comm)
+		fmt.Fprintln(w, b.String())
+	}
+}
+
+// WriteQPs prints the per-QP counters as `rdma statistic qp show` does:
+// one line per QP.
+func WriteQPs(w io.Writer, sns []*Snapshot) {
+	for _, sn := range sns {
+		for _, q := range sn.Resources.QPs {
+			var b strings.Builder
+			fmt.Fprintf(&b, "link %s/%d lqpn %d qp-type %s", sn.Device, sn.Port, q.QPN, q.Type)
+			for _, c := range q.Counters {
+				fmt.Fprintf(&b, " %s %d", c.Name, c.Value)
+			}
+			fmt.Fprintf(&b, " pid %d comm %s", sn.PID, sn.Comm)
+			fmt.Fprintln(w, b.String())
+		}
+	}
+}
+
+// LinkJSON is one device in `softib stat --json` (rdma -j statistic
+// show's fields, plus the device's address and counters by name).
+type LinkJSON struct {
+	IfName   string            `json:"ifname"`
+	Port     int               `json:"port"`
+	Addr     string            `json:"addr"`
+	PID      int               `json:"pid"`
+	Comm     string            `json:"comm"`
+	Counters map[string]uint64 `json:"counters"`
+}
+
+// QPJSON is one QP in `softib stat qp --json`.
+type QPJSON struct {
+	IfName   string            `json:"ifname"`
+	Port     int               `json:"port"`
+	LQPN     uint32            `json:"lqpn"`
+	QPType   string            `json:"qp-type"`
+	PID      int               `json:"pid"`
+	Comm     string            `json:"comm"`
+	Counters map[string]uint64 `json:"counters"`
+}
+
+// Links converts snapshots to their JSON form.
+func Links(sns []*Snapshot) []LinkJSON {
+	out := []LinkJSON{}
+	for _, sn := range sns {
+		l := LinkJSON{IfName: sn.Device, Port: sn.Port, Addr: sn.Addr.String(), PID: sn.PID, Comm: sn.Comm, Counters: map[string]uint64{}}
+		for _, c := range sn.Counters {
+			l.Counters[c.Name] = c.Value
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// QPs converts snapshots' QPs to their JSON form.
+func QPs(sns []*Snapshot) []QPJSON {
+	out := []QPJSON{}
+	for _, sn := range sns {
+		for _, q := range sn.Resources.QPs {
+			j := QPJSON{IfName: sn.Device, Port: sn.Port, LQPN: q.QPN, QPType: q.Type, PID: sn.PID, Comm: sn.Comm, Counters: map[string]uint64{}}
+			for _, c := range q.Counters {
+				j.Counters[c.Name] = c.Value
+			}
+			out = append(out, j)
+		}
+	}
+	return out
+}

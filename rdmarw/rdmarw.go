@@ -33,7 +33,9 @@
 // each RDMA work request, which then has one SGE), as the kernel does
 // where it must register. An MR maps whole pages, so this needs a list
 // whose inner boundaries are page aligned (see verbs.FastRegMR.MapMRSG);
-// Auto falls back to splitting when it is not, ForceMR fails instead.
+// a gap starts another MR. Auto falls back to splitting when registering
+// would not need fewer RDMA work requests than splitting; ForceMR
+// registers anyway and fails only when an element cannot be mapped.
 // MRFactor says how many MRs an I/O of a given page count needs. The MRs
 // belong to the context and are deregistered by Destroy.
 //
@@ -170,6 +172,11 @@ func (c *Ctx) Init(qp verbs.QP, pd verbs.PD, sgl []verbs.SGE, sgOffset uint32, r
 	useMR := c.Mode == ForceMR || (c.Mode == Auto && len(sgl) > l.maxSGE && l.canRegister)
 	if useMR {
 		err := c.initMR(pd, l, sgl, sgOffset, remoteAddr, rkey)
+		if err == nil && c.Mode == Auto && len(c.mrs) >= (len(sgl)+l.maxSGE-1)/l.maxSGE {
+			// Gaps cut the list into as many MRs as splitting needs
+			// work requests: registering would only cost more.
+			err = fmt.Errorf("%w: %d MRs for %d elements", ErrNoMR, len(c.mrs), len(sgl))
+		}
 		if err == nil {
 			return len(c.ops), nil
 		}

@@ -259,13 +259,18 @@ func (d *Device) Query() verbs.DeviceAttr {
 		PhysPortCnt:     1,
 		MaxInlineData:   MaxInline,
 		MaxMsgSize:      MaxMsgSize,
+		MaxMW:           MaxMW,
+
+		MaxFastRegPageListLen: MaxFastRegPageList,
 	}
 }
 
 // deviceCapFlags are ibv_device_cap_flags rxe sets: BAD_PKEY_CNTR,
 // BAD_QKEY_CNTR, SYS_IMAGE_GUID, RC_RNR_NAK_GEN, SRQ_RESIZE,
-// MEM_MGT_EXTENSIONS.
-const deviceCapFlags = 1<<1 | 1<<2 | 1<<11 | 1<<12 | 1<<13 | 1<<21
+// MEM_MGT_EXTENSIONS (fastreg.go), MEM_WINDOW and MEM_WINDOW_TYPE_2B
+// (mw.go).
+const deviceCapFlags = 1<<1 | 1<<2 | 1<<11 | 1<<12 | 1<<13 | verbs.DeviceMemMgtExtensions |
+	verbs.DeviceMemWindow | verbs.DeviceMemWindowType2B
 
 func (d *Device) checkPort(port uint8) error {
 	if port != 1 {

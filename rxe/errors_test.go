@@ -57,8 +57,11 @@ func TestPostErrors(t *testing.T) {
 	if _, err := a.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRSend, SGL: sgl}}); !errors.Is(err, verbs.ErrInvalidArgument) {
 		t.Fatalf("33 SGEs: %v", err)
 	}
-	if _, err := a.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRBindMW}}); !errors.Is(err, verbs.ErrNotSupported) {
-		t.Fatalf("bind MW: %v", err)
+	if _, err := a.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRBindMW}}); !errors.Is(err, verbs.ErrInvalidArgument) {
+		t.Fatalf("bind MW without a window: %v", err)
+	}
+	if _, err := a.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRRegMR}}); !errors.Is(err, verbs.ErrInvalidArgument) {
+		t.Fatalf("REG_MR without an MR: %v", err)
 	}
 	pd, _ := a.dev.AllocPD()
 	cq, _ := a.dev.CreateCQ(verbs.CQAttr{CQE: 4})

@@ -44,16 +44,27 @@ func (pd *PD) check() error {
 
 // MR is a registered memory region. Its lkey and rkey are equal, as in rxe:
 // the 24-bit table index shifted left by 8 plus a random key byte.
+//
+// An ordinary MR (RegMR) is valid from registration to Dereg and cannot
+// be invalidated. A fast-registration MR (AllocMR, fastreg.go) starts
+// invalid (rxe's FREE state), becomes valid through a REG_MR work request
+// and invalid again through LOCAL_INV or a peer's SEND_WITH_INV.
 type MR struct {
 	pd     *PD
 	buf    []byte
 	addr   uint64
-	key    uint32
+	key    uint32 // changed by REG_MR under dev.keys.mu
 	access verbs.AccessFlags
-	// valid is cleared by Dereg and by remote or local invalidation; a
-	// cleared MR's key never matches again.
+	// valid is cleared by Dereg and by invalidation; a cleared MR's key
+	// matches no access until a REG_MR makes it valid again.
 	valid   atomic.Bool
 	dereged atomic.Bool
+	// m is the mapping accesses go through (address range, rights,
+	// memory), replaced whole by REG_MR so that a data path holding the
+	// old one never sees a torn update.
+	m     atomic.Pointer[mrMap]
+	fast  *fastMR      // non-nil for AllocMR MRs
+	numMW atomic.Int32 // memory windows bound to the MR
 }
 
 var _ verbs.MR = (*MR)(nil)
@@ -63,9 +74,11 @@ var _ verbs.MR = (*MR)(nil)
 // registrations have happened (and then only with the same random key
 // byte): keys of deregistered MRs that may still be in flight stay invalid.
 type keyTable struct {
-	mu   sync.RWMutex
-	m    map[uint32]*MR
-	next uint32
+	mu     sync.RWMutex
+	m      map[uint32]*MR
+	next   uint32
+	mws    map[uint32]*MW // memory windows (mw.go)
+	nextMW uint32
 }
 
 const keyIndexMask = 0xFFFFFF
@@ -80,7 +93,7 @@ func (t *keyTable) add(mr *MR) error {
 		return fmt.Errorf("rxe: reg MR: %w", verbs.ErrResourceLimit)
 	}
 	for {
-		t.next = (t.next + 1) & keyIndexMask
+		t.next = (t.next + 1) & mrIndexMask
 		if t.next == 0 {
 			continue
 		}
@@ -92,6 +105,11 @@ func (t *keyTable) add(mr *MR) error {
 	t.m[t.next] = mr
 	return nil
 }
+
+// mrIndexMask bounds MR indices to the lower half of the 24-bit index
+// space; memory windows take the upper half (mw.go), so a key tells
+// which kind it names, as rxe's separate MR and MW index ranges do.
+const mrIndexMask = keyIndexMask >> 1
 
 func (t *keyTable) remove(mr *MR) {
 	t.mu.Lock()
@@ -105,8 +123,9 @@ func (t *keyTable) remove(mr *MR) {
 func (t *keyTable) lookup(key uint32) *MR {
 	t.mu.RLock()
 	mr := t.m[key>>8]
+	ok := mr != nil && mr.key == key
 	t.mu.RUnlock()
-	if mr == nil || mr.key != key || !mr.valid.Load() {
+	if !ok || !mr.valid.Load() {
 		return nil
 	}
 	return mr
@@ -127,6 +146,7 @@ func (pd *PD) RegMR(buf []byte, access verbs.AccessFlags) (verbs.MR, error) {
 	if len(buf) > 0 && access&verbs.AccessZeroBased == 0 {
 		mr.addr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
 	}
+	mr.m.Store(&mrMap{addr: mr.addr, length: uint64(len(buf)), access: access, frags: []mrFrag{{b: buf}}})
 	if err := pd.dev.keys.add(mr); err != nil {
 		return nil, err
 	}
@@ -135,31 +155,56 @@ func (pd *PD) RegMR(buf []byte, access verbs.AccessFlags) (verbs.MR, error) {
 	return mr, nil
 }
 
-// Addr is the virtual address of the first byte.
-func (mr *MR) Addr() uint64 { return mr.addr }
+// Addr is the virtual address of the first byte (of a fast-reg MR: its
+// IOVA, from the last MapMRSG or SetIOVA).
+func (mr *MR) Addr() uint64 {
+	if mr.fast != nil {
+		return mr.IOVA()
+	}
+	return mr.addr
+}
 
-// Len is the length in bytes.
-func (mr *MR) Len() int { return len(mr.buf) }
+// Len is the length in bytes (of a fast-reg MR: the bytes its last
+// MapMRSG mapped).
+func (mr *MR) Len() int {
+	if mr.fast != nil {
+		mr.fast.mu.Lock()
+		defer mr.fast.mu.Unlock()
+		return int(mr.fast.staged.length)
+	}
+	return len(mr.buf)
+}
 
 // LKey is the local key.
-func (mr *MR) LKey() uint32 { return mr.key }
+func (mr *MR) LKey() uint32 {
+	k := &mr.pd.dev.keys
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	return mr.key
+}
 
 // RKey is the remote key (equal to the local key).
-func (mr *MR) RKey() uint32 { return mr.key }
+func (mr *MR) RKey() uint32 { return mr.LKey() }
 
-// Access returns the access rights.
-func (mr *MR) Access() verbs.AccessFlags { return mr.access }
+// Access returns the access rights (of a fast-reg MR: those of its
+// current or last registration).
+func (mr *MR) Access() verbs.AccessFlags { return mr.m.Load().access }
 
-// Buf returns the registered memory.
+// Buf returns the registered memory; nil for a fast-reg MR, whose memory
+// is the scatter list it maps.
 func (mr *MR) Buf() []byte { return mr.buf }
 
 // SGE returns the SGE covering length bytes at offset off.
 func (mr *MR) SGE(off, length int) verbs.SGE {
-	return verbs.SGE{Addr: mr.addr + uint64(off), Length: uint32(length), LKey: mr.key}
+	return verbs.SGE{Addr: mr.Addr() + uint64(off), Length: uint32(length), LKey: mr.LKey()}
 }
 
-// Dereg deregisters the MR; its key is never valid again.
+// Dereg deregisters the MR; its key is never valid again. It fails with
+// ErrBusy while memory windows are bound to it (rxe: EINVAL).
 func (mr *MR) Dereg() error {
+	if mr.numMW.Load() > 0 {
+		return fmt.Errorf("rxe: dereg MR: %d memory windows bound: %w", mr.numMW.Load(), verbs.ErrBusy)
+	}
 	if mr.dereged.Swap(true) {
 		return verbs.ErrClosed
 	}
@@ -167,16 +212,6 @@ func (mr *MR) Dereg() error {
 	mr.pd.dev.keys.remove(mr)
 	mr.pd.users.Add(-1)
 	return nil
-}
-
-// span returns the bytes [va, va+n) of the MR, or nil if they are not
-// inside it.
-func (mr *MR) span(va uint64, n uint32) ([]byte, bool) {
-	off := va - mr.addr
-	if va < mr.addr || off > uint64(len(mr.buf)) || uint64(n) > uint64(len(mr.buf))-off {
-		return nil, false
-	}
-	return mr.buf[off : off+uint64(n)], true
 }
 
 // AH is an address handle.
@@ -237,11 +272,4 @@ func (d *Device) resolveAV(a *verbs.AHAttr) (netip.AddrPort, error) {
 		port = RoCEv2Port
 	}
 	return netip.AddrPortFrom(ip, port), nil
-}
-
-// lookupAny returns the MR at key's index whatever its state.
-func (t *keyTable) lookupAny(key uint32) *MR {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return t.m[key>>8]
 }

@@ -37,14 +37,24 @@ func TestLocalInvFenceInlineSGL(t *testing.T) {
 	if string(b.buf[2000:2011]) != "fenced-data" {
 		t.Fatalf("fence: %q", b.buf[2000:2011])
 	}
-	// LOCAL_INV of a's MR: a remote WRITE from b with the invalidated
-	// key then fails.
-	post(t, a, verbs.SendWR{ID: 4, Opcode: verbs.WRLocalInv, Flags: verbs.SendSignaled, InvalidateRKey: a.mr.RKey()})
+	// LOCAL_INV of a fast-reg MR over a's buffer: a remote WRITE from b
+	// with the invalidated key then fails.
+	fmr, err := verbs.AllocMR(a.pd, verbs.MRTypeMemReg, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := fmr.MapMRSG([]verbs.SGE{a.mr.SGE(0, 64)}, 0, 4096); n != 1 || err != nil {
+		t.Fatalf("map: %d %v", n, err)
+	}
+	post(t, a,
+		verbs.SendWR{ID: 6, Opcode: verbs.WRRegMR, Reg: verbs.RegWR{MR: fmr, Key: verbs.IncKey(fmr.RKey()),
+			Access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite}},
+		verbs.SendWR{ID: 4, Opcode: verbs.WRLocalInv, Flags: verbs.SendSignaled, InvalidateRKey: verbs.IncKey(fmr.RKey())})
 	if wc := waitWC(t, a.cq, 1)[0]; wc.Opcode != verbs.WCLocalInv || wc.Status != verbs.WCSuccess {
 		t.Fatalf("%+v", wc)
 	}
 	post(t, b, verbs.SendWR{ID: 5, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{b.mr.SGE(0, 8)},
-		RemoteAddr: a.mr.Addr(), RKey: a.mr.RKey()})
+		RemoteAddr: fmr.Addr(), RKey: fmr.RKey()})
 	if wc := waitWC(t, b.cq, 1)[0]; wc.Status != verbs.WCRemAccessErr {
 		t.Fatalf("write to invalidated MR: %+v", wc)
 	}

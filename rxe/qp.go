@@ -897,8 +897,11 @@ func (q *QP) postOne(wr *verbs.SendWR) error {
 	}
 	switch q.typ {
 	case verbs.QPTypeRC:
-		if wr.Opcode > verbs.WRSendWithInv || wr.Opcode == verbs.WRBindMW {
+		if wr.Opcode > verbs.WRSendWithInv && wr.Opcode != verbs.WRRegMR {
 			return fmt.Errorf("rxe: post send: opcode %v: %w", wr.Opcode, verbs.ErrNotSupported)
+		}
+		if err := checkMemWR(wr); err != nil {
+			return err
 		}
 	case verbs.QPTypeUC:
 		switch wr.Opcode {
@@ -918,7 +921,8 @@ func (q *QP) postOne(wr *verbs.SendWR) error {
 	for _, s := range wr.SGL {
 		length += uint64(s.Length)
 	}
-	inline := wr.Flags&verbs.SendInline != 0 && wr.Opcode != verbs.WRRDMARead && wr.Opcode != verbs.WRAtomicCmpAndSwp && wr.Opcode != verbs.WRAtomicFetchAndAdd && wr.Opcode != verbs.WRLocalInv
+	inline := wr.Flags&verbs.SendInline != 0 && wr.Opcode != verbs.WRRDMARead && wr.Opcode != verbs.WRAtomicCmpAndSwp && wr.Opcode != verbs.WRAtomicFetchAndAdd && wr.Opcode != verbs.WRLocalInv &&
+		wr.Opcode != verbs.WRRegMR && wr.Opcode != verbs.WRBindMW
 	if inline && wr.InlineData != nil {
 		length = uint64(len(wr.InlineData))
 	}
@@ -953,6 +957,7 @@ func (q *QP) postOne(wr *verbs.SendWR) error {
 	w.imm, w.invRKey = wr.ImmData, wr.InvalidateRKey
 	w.raddr, w.rkey, w.cmpAdd, w.swap = wr.RemoteAddr, wr.RKey, wr.CompareAdd, wr.Swap
 	w.rqpn, w.rqkey = wr.RemoteQPN&seqnum.Mask, wr.RemoteQKey
+	w.reg, w.bind = wr.Reg, wr.BindMW
 	if ah != nil {
 		w.dst = ah.dst
 	}

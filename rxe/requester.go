@@ -35,6 +35,8 @@ type sendWQE struct {
 	rqpn    uint32
 	rqkey   uint32
 	length  uint32
+	reg     verbs.RegWR  // REG_MR
+	bind    verbs.BindWR // BIND_MW
 
 	state    wqeState
 	status   verbs.WCStatus
@@ -76,16 +78,20 @@ func (q *QP) resolve(sgl []verbs.SGE, segs *[][]byte, write bool) verbs.WCStatus
 			continue
 		}
 		mr := q.dev.keys.lookup(e.LKey)
-		if mr == nil || mr.pd != q.pd || (write && mr.access&verbs.AccessLocalWrite == 0) {
+		if mr == nil || mr.pd != q.pd {
 			*segs = s
 			return verbs.WCLocProtErr
 		}
-		b, ok := mr.span(e.Addr, e.Length)
-		if !ok {
+		m := mr.m.Load()
+		if write && m.access&verbs.AccessLocalWrite == 0 {
 			*segs = s
 			return verbs.WCLocProtErr
 		}
-		s = append(s, b)
+		var ok bool
+		if s, ok = m.appendSegs(s, e.Addr, e.Length); !ok {
+			*segs = s
+			return verbs.WCLocProtErr
+		}
 	}
 	*segs = s
 	return verbs.WCSuccess
@@ -194,18 +200,21 @@ func (q *QP) runRequester(now int64, budget int) bool {
 // false when the WQE has to wait.
 func (q *QP) start(w *sendWQE) bool {
 	idle := q.sq.head == q.req.pos // every earlier WQE has completed
-	if w.opcode == verbs.WRLocalInv {
+	// Local operations (rxe_do_local_ops). LOCAL_INV waits for earlier
+	// work requests, which may still use the key; a failure completes
+	// with rxe's status and moves the QP to the error state.
+	switch w.opcode {
+	case verbs.WRLocalInv:
 		if !idle {
 			return false
 		}
-		mr := q.dev.keys.lookupAny(w.invRKey)
-		if mr == nil || mr.key != w.invRKey || mr.pd != q.pd {
-			q.wqeDone(w, verbs.WCLocProtErr)
-			q.fail(verbs.EventQPFatal)
-			return true
-		}
-		mr.valid.Store(false)
-		q.wqeDone(w, verbs.WCSuccess)
+		q.localOpDone(w, q.invalidate(w.invRKey), verbs.WCLocQPOpErr)
+		return true
+	case verbs.WRRegMR:
+		q.localOpDone(w, q.register(&w.reg), verbs.WCLocQPOpErr)
+		return true
+	case verbs.WRBindMW:
+		q.localOpDone(w, q.bind(&w.bind), verbs.WCMWBindErr)
 		return true
 	}
 	if w.flags&verbs.SendFence != 0 && !idle {
@@ -242,6 +251,18 @@ func (q *QP) start(w *sendWQE) bool {
 		q.req.rdAtomOut++
 	}
 	return true
+}
+
+// localOpDone finishes a local operation: success, or status bad and the
+// QP in error.
+func (q *QP) localOpDone(w *sendWQE, ok bool, bad verbs.WCStatus) {
+	w.reg, w.bind = verbs.RegWR{}, verbs.BindWR{}
+	if !ok {
+		q.wqeDone(w, bad)
+		q.fail(verbs.EventQPFatal)
+		return
+	}
+	q.wqeDone(w, verbs.WCSuccess)
 }
 
 // wqeDone finishes a send WQE with status st.

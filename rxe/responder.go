@@ -30,7 +30,8 @@ type responder struct {
 
 	// The RDMA WRITE in progress.
 	wmr    *MR
-	wva    uint64
+	wmap   *mrMap // wmr's mapping when the WRITE started
+	wva    uint64 // translated into wmap (zero-based windows)
 	wresid uint32
 	wlen   uint32
 
@@ -47,7 +48,8 @@ type readRes struct {
 	firstPSN seqnum.PSN
 	lastPSN  seqnum.PSN
 	mr       *MR
-	va       uint64
+	mm       *mrMap // mr's mapping at execution
+	va       uint64 // translated into mm
 	length   uint32
 	orig     uint64
 }
@@ -338,13 +340,11 @@ func (q *QP) execute(p *packet) (nakKind, int) {
 			}
 			if op.Is(roce.MaskIETH) {
 				key := roce.IETH(p.ext(roce.HdrIETH)).RKey()
-				mr := q.dev.keys.lookupAny(key)
-				if mr == nil || mr.key != key || mr.pd != q.pd {
+				if !q.invalidate(key) {
 					r.haveRWQE = true
 					q.completeRecv(&verbs.WC{Status: verbs.WCRemInvReqErr, Opcode: verbs.WCRecv}, false)
 					return nakInvReq, 0
 				}
-				mr.valid.Store(false)
 				wc.InvalidatedRKey = key
 				wc.Flags |= verbs.WCFlagWithInv
 			}
@@ -355,16 +355,13 @@ func (q *QP) execute(p *packet) (nakKind, int) {
 	case op.Is(roce.MaskWrite):
 		if op.Is(roce.MaskStart) {
 			reth := roce.RETH(p.ext(roce.HdrRETH))
-			r.wva, r.wlen, r.wresid, r.wmr = reth.VA(), reth.DMALen(), reth.DMALen(), nil
+			r.wva, r.wlen, r.wresid, r.wmr, r.wmap = reth.VA(), reth.DMALen(), reth.DMALen(), nil, nil
 			if r.wlen > 0 {
-				mr := q.dev.keys.lookup(reth.RKey())
-				if mr == nil || mr.pd != q.pd || mr.access&verbs.AccessRemoteWrite == 0 {
+				mr, m, va := q.remoteMR(reth.RKey(), verbs.AccessRemoteWrite, r.wva, r.wlen)
+				if mr == nil {
 					return nakAccess, 0
 				}
-				if _, ok := mr.span(r.wva, r.wlen); !ok {
-					return nakAccess, 0
-				}
-				r.wmr = mr
+				r.wmr, r.wmap, r.wva = mr, m, va
 			}
 		}
 		if uint32(p.pay) > r.wresid || (op.Is(roce.MaskEnd) && uint32(p.pay) != r.wresid) {
@@ -388,8 +385,7 @@ func (q *QP) execute(p *packet) (nakKind, int) {
 			if r.wmr == nil || !r.wmr.valid.Load() {
 				return nakAccess, 0
 			}
-			dst, _ := r.wmr.span(r.wva+uint64(r.wlen-r.wresid), uint32(p.pay))
-			copy(dst, p.payload())
+			r.wmap.copyIn(r.wva+uint64(r.wlen-r.wresid), p.payload())
 			r.wresid -= uint32(p.pay)
 		}
 		r.inWrite = !op.Is(roce.MaskEnd)
@@ -406,12 +402,9 @@ func (q *QP) execute(p *packet) (nakKind, int) {
 		reth := roce.RETH(p.ext(roce.HdrRETH))
 		va, n := reth.VA(), reth.DMALen()
 		var mr *MR
+		var mm *mrMap
 		if n > 0 {
-			mr = q.dev.keys.lookup(reth.RKey())
-			if mr == nil || mr.pd != q.pd || mr.access&verbs.AccessRemoteRead == 0 {
-				return nakAccess, 0
-			}
-			if _, ok := mr.span(va, n); !ok {
+			if mr, mm, va = q.remoteMR(reth.RKey(), verbs.AccessRemoteRead, va, n); mr == nil {
 				return nakAccess, 0
 			}
 		}
@@ -420,7 +413,7 @@ func (q *QP) execute(p *packet) (nakKind, int) {
 		}
 		npk := q.npkts(n)
 		res := q.newRes()
-		*res = readRes{valid: true, firstPSN: p.psn, lastPSN: p.psn.Add(int(npk) - 1), mr: mr, va: va, length: n}
+		*res = readRes{valid: true, firstPSN: p.psn, lastPSN: p.psn.Add(int(npk) - 1), mr: mr, mm: mm, va: va, length: n}
 		r.msn = r.msn.Next()
 		q.sendReadResp(res, p.psn)
 		return nakNone, int(npk)
@@ -430,11 +423,11 @@ func (q *QP) execute(p *packet) (nakKind, int) {
 		if va&7 != 0 {
 			return nakInvReq, 0
 		}
-		mr := q.dev.keys.lookup(ae.RKey())
-		if mr == nil || mr.pd != q.pd || mr.access&verbs.AccessRemoteAtomic == 0 {
+		mr, m, tva := q.remoteMR(ae.RKey(), verbs.AccessRemoteAtomic, va, 8)
+		if mr == nil {
 			return nakAccess, 0
 		}
-		b, ok := mr.span(va, 8)
+		b, ok := m.span(tva, 8)
 		if !ok {
 			return nakAccess, 0
 		}
@@ -531,8 +524,7 @@ func (q *QP) sendReadResp(res *readRes, from seqnum.PSN) {
 			roce.AETH(p.buf[o:]).Encode(&roce.AETHFields{Syndrome: q.ackSyndrome(), MSN: q.resp.msn})
 		}
 		if size > 0 {
-			src, _ := res.mr.span(res.va+uint64(off), size)
-			copy(pay, src)
+			res.mm.copyOut(pay[:size], res.va+uint64(off))
 		}
 		q.finish(p)
 		q.respTx.add(q, p)

@@ -77,7 +77,10 @@ func TestSimNetRC(t *testing.T) {
 						wr.CompareAdd = binary.NativeEndian.Uint64(orig[off:])
 						wr.Swap = uint64(k)
 					case verbs.WRSendWithInv:
-						mr, err := b.pd.RegMR(make([]byte, 8), verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+						// Only fast-reg MRs and type 2 windows are
+						// invalidatable; invalidating a free one
+						// succeeds, as in rxe.
+						mr, err := verbs.AllocMR(b.pd, verbs.MRTypeMemReg, 1)
 						if err != nil {
 							t.Fatal(err)
 						}

@@ -82,11 +82,18 @@ func TestRCAtomicsImmInv(t *testing.T) {
 	if wc.ImmData != 42 || wc.ByteLen != 5 || string(b.buf[200:205]) != "hello" {
 		t.Fatalf("write imm: %+v %q", wc, b.buf[200:205])
 	}
-	// SEND_WITH_INV invalidates b's second MR.
-	mr2, err := b.pd.RegMR(make([]byte, 64), verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	// SEND_WITH_INV invalidates b's second MR, a fast-reg MR (ordinary
+	// MRs are not invalidatable, as on Linux) registered over b's buffer.
+	mr2, err := verbs.AllocMR(b.pd, verbs.MRTypeMemReg, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if n, err := mr2.MapMRSG([]verbs.SGE{b.mr.SGE(512, 64)}, 0, 4096); n != 1 || err != nil {
+		t.Fatalf("map: %d %v", n, err)
+	}
+	post(t, b, verbs.SendWR{ID: 7, Opcode: verbs.WRRegMR, Flags: verbs.SendSignaled, Reg: verbs.RegWR{MR: mr2,
+		Key: verbs.IncKey(mr2.RKey()), Access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite}})
+	wantOK(t, waitWC(t, b.cq, 1)[0], verbs.WCRegMR)
 	postRecv(t, b, verbs.RecvWR{ID: 6, SGL: []verbs.SGE{b.mr.SGE(0, 64)}})
 	post(t, a, verbs.SendWR{ID: 4, Opcode: verbs.WRSendWithInv, Flags: verbs.SendSignaled | verbs.SendInline, InlineData: []byte("inv"), InvalidateRKey: mr2.RKey()})
 	wantOK(t, waitWC(t, a.cq, 1)[0], verbs.WCSend)

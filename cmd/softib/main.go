@@ -11,6 +11,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"softib/tools/devsel"
 )
 
 // command is one softib subcommand.
@@ -64,5 +66,11 @@ func main() {
 		usage()
 		os.Exit(2)
 	}
-	os.Exit(c.run(os.Args[2:]))
+	code := c.run(os.Args[2:])
+	// The tool's devices are closed: flush --pcap, remove the control
+	// sockets, stop --metrics.
+	if err := devsel.FinishObserve(); err != nil {
+		fmt.Fprintf(os.Stderr, "softib %s: %v\n", name, err)
+	}
+	os.Exit(code)
 }

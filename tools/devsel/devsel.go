@@ -74,6 +74,7 @@ func (o *Options) Register(fs *flag.FlagSet, gidDefault int, gidFlags ...string)
 	}
 	fs.IntVar(&o.NetMTU, "net-mtu", o.NetMTU, "link `MTU` the device assumes (default 1500; 4096-byte IB MTU needs 4176 or more)")
 	fs.BoolVar(&o.BusyPoll, "busy-poll", o.BusyPoll, "busy-poll the device socket (lower latency, one CPU spinning)")
+	RegisterObserve(fs) // --pcap, --metrics (observe.go)
 	fs.BoolVar(&o.NoRxCoalescing, "no-gro", o.NoRxCoalescing, "receive without UDP GRO (one datagram per packet; GRO coalesces a peer's GSO bursts, and a polling tool reads the socket itself either way)")
 }
 
@@ -167,6 +168,9 @@ func (o *Options) Open() (verbs.Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := observeConfig(&cfg); err != nil {
+		return nil, err
+	}
 	dev, err := verbs.Open(cfg)
 	if err != nil {
 		return nil, Explain(err, cfg)
@@ -181,6 +185,7 @@ func (o *Options) Open() (verbs.Device, error) {
 			return nil, err
 		}
 	}
+	Observe(dev) // control socket, metrics (observe.go)
 	return dev, nil
 }
 

@@ -1,0 +1,177 @@
+package devsel
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"softib/tools/metrics"
+	"softib/tools/stat"
+	"softib/verbs"
+)
+
+// The observability every tool that opens a device through Options
+// gets: the device's control socket (softib stat, softib res), --pcap
+// FILE (verbs.DeviceConfig.Capture) and --metrics ADDR (Prometheus).
+// Options.Register adds the flags and Options.Open applies them; the
+// CLI calls FinishObserve after the tool returns, when its devices are
+// closed, to flush the capture.
+var obs observer
+
+type observer struct {
+	mu          sync.Mutex
+	pcapPath    string
+	metricsAddr string
+
+	f      *os.File
+	bw     *bufio.Writer // guarded by mu (lockedWriter)
+	stop   chan struct{} // ends the flusher
+	pcapOn bool          // a device already captures into the file
+
+	exp     *metrics.Exporter
+	servers []*stat.Server
+}
+
+// RegisterObserve adds --pcap and --metrics to fs (Options.Register
+// calls it).
+func RegisterObserve(fs *flag.FlagSet) {
+	if fs.Lookup("pcap") == nil {
+		fs.StringVar(&obs.pcapPath, "pcap", "", "write every RoCE packet the device sends and receives to this pcap `file` (Wireshark decodes it as RoCE)")
+	}
+	if fs.Lookup("metrics") == nil {
+		fs.StringVar(&obs.metricsAddr, "metrics", "", "serve Prometheus metrics on `host:port` (/metrics): device, QP and CQ counters")
+	}
+}
+
+// lockedWriter serialises the capture's writes with the flusher.
+type lockedWriter struct{ o *observer }
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.o.mu.Lock()
+	defer w.o.mu.Unlock()
+	if w.o.bw == nil {
+		return 0, os.ErrClosed // after FinishObserve
+	}
+	return w.o.bw.Write(p)
+}
+
+// observeConfig sets cfg.Capture when --pcap was given. One capture file
+// takes one device: a second device of the process is refused (its
+// records would need a second file header).
+func observeConfig(cfg *verbs.DeviceConfig) error {
+	o := &obs
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.pcapPath == "" {
+		return nil
+	}
+	if o.pcapOn {
+		return fmt.Errorf("--pcap %s already captures this process's first device; a second device cannot share the file", o.pcapPath)
+	}
+	f, err := os.Create(o.pcapPath)
+	if err != nil {
+		return fmt.Errorf("--pcap: %w", err)
+	}
+	o.f, o.bw, o.stop, o.pcapOn = f, bufio.NewWriterSize(f, 256<<10), make(chan struct{}), true
+	// Flush now and then, so that a capture of a process that is
+	// killed, or of one that runs for days, can be read meanwhile.
+	go func(stop chan struct{}) {
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				o.mu.Lock()
+				if o.bw != nil {
+					o.bw.Flush()
+				}
+				o.mu.Unlock()
+			}
+		}
+	}(o.stop)
+	cfg.Capture = lockedWriter{o}
+	return nil
+}
+
+// Observe publishes dev on its control socket and, with --metrics,
+// exports it. Tools that open devices without Options.Open (lnetd's
+// o2ib NIs) call it themselves. Failures are reported on stderr: the
+// tool works without them.
+func Observe(dev verbs.Device) {
+	o := &obs
+	if s, err := stat.Publish(dev); err != nil {
+		fmt.Fprintf(os.Stderr, "softib: %v (softib stat and res will not see %s)\n", err, dev.Name())
+	} else {
+		o.mu.Lock()
+		o.servers = append(o.servers, s)
+		o.mu.Unlock()
+	}
+	if d, ok := dev.(stat.Introspector); ok {
+		if exp := Metrics(); exp != nil {
+			exp.AddDevice(d)
+		}
+	}
+}
+
+// Metrics returns the exporter --metrics started (starting it on first
+// use), or nil without --metrics. A bad address ends the process with a
+// message: the user asked for metrics and would otherwise get none.
+func Metrics() *metrics.Exporter {
+	o := &obs
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.metricsAddr == "" {
+		return nil
+	}
+	if o.exp == nil {
+		exp := metrics.New()
+		a, err := exp.Listen(o.metricsAddr)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "softib: %v\n", err)
+			os.Exit(1)
+		}
+		// Say where: with port 0 the user learns the port here.
+		fmt.Fprintf(os.Stderr, "softib: Prometheus metrics on http://%v/metrics\n", a)
+		o.exp = exp
+	}
+	return o.exp
+}
+
+// SetMetricsAddr sets --metrics for tools with their own flag parsing.
+func SetMetricsAddr(addr string) {
+	obs.mu.Lock()
+	obs.metricsAddr = addr
+	obs.mu.Unlock()
+}
+
+// FinishObserve removes the control sockets, stops the metrics server
+// and flushes and closes the capture file. Call it when the tool's
+// devices are closed.
+func FinishObserve() error {
+	o := &obs
+	o.mu.Lock()
+	servers, exp := o.servers, o.exp
+	o.servers, o.exp = nil, nil
+	o.mu.Unlock()
+	for _, s := range servers {
+		s.Close()
+	}
+	if exp != nil {
+		exp.Close()
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.f == nil {
+		return nil
+	}
+	close(o.stop)
+	err := errors.Join(o.bw.Flush(), o.f.Close())
+	o.f, o.bw = nil, nil
+	return err
+}

@@ -29,6 +29,10 @@ for pair in qemu-system-x86_64:qemu-system-x86 qemu-img:qemu-utils debootstrap:d
 	mkfs.ext4:e2fsprogs ip:iproute2 tcpdump:tcpdump tshark:tshark ping:iputils-ping; do
 	command -v "${pair%%:*}" >/dev/null || need+=("${pair#*:}")
 done
+# rdma-core's headers and libraries for the ibverbs provider's cgo build
+# (ibverbs.TestInteropIBVerbs runs the result in the guest).
+[ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
+[ -e /usr/include/rdma/rdma_cma.h ] || need+=(librdmacm-dev)
 if [ ${#need[@]} -gt 0 ]; then
 	echo "== interop: installing ${need[*]}"
 	export DEBIAN_FRONTEND=noninteractive
@@ -94,14 +98,15 @@ suite_pid=
 # perftest -R tools against the real ones, o2iblnd against a minimal
 # o2iblnd peer on the guest's librdmacm (pyverbs), rxe against the guest's
 # rdma_rxe, and softib lnetd against the Lustre 2.17 kernel LNet
-# (interop/lustre: ksocklnd and ko2iblnd). They run only when
+# (interop/lustre: ksocklnd and ko2iblnd), and the iSER target against
+# open-iscsi + ib_iser (storage/iser). They run only when
 # SOFTIB_INTEROP_IMAGE is set, which is why the unit-test run passes over
 # them.
 if [ -z "${INTEROP_CASES:-}" ]; then
 	echo "== interop: Go kernel-interop tests"
 	set +e
 	# 45m: interop/lustre's lnet_selftest tests alone take ~15-20 min under load.
-	go test -count=1 -timeout 45m -run 'Interop' ./rdmacm/ ./tools/rping/ ./tools/perftestcm/ ./lnet/o2iblnd/ ./rxe/ ./interop/lustre/ 2>&1 |
+	go test -count=1 -timeout 45m -run 'Interop' ./rdmacm/ ./tools/rping/ ./tools/perftestcm/ ./lnet/o2iblnd/ ./rxe/ ./ibverbs/ ./interop/lustre/ ./storage/iser/ 2>&1 |
 		tee "$art/go-interop.log" | grep -E '^(ok|FAIL|---|panic)'
 	grc=${PIPESTATUS[0]}
 	# No retry: a package that fails is a failure. (Retries tied to a

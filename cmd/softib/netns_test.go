@@ -77,8 +77,9 @@ func startIn(t *testing.T, ctx context.Context, h *netemu.Host, bin string, args
 }
 
 // listening reports whether something in h's namespace listens on TCP
-// port, read from the namespace's /proc/net/tcp and tcp6 (the tools
-// listen on the wildcard address, a dual-stack IPv6 socket).
+// port, read from the namespace's /proc/net/tcp and tcp6 (a tool given
+// --addr listens on that address; without it, on the wildcard address, a
+// dual-stack IPv6 socket).
 func listening(t *testing.T, h *netemu.Host, port int) bool {
 	t.Helper()
 	out, err := h.Command("cat", "/proc/net/tcp", "/proc/net/tcp6").Output()

@@ -72,6 +72,7 @@ func runPerf(t perftest.Test, args []string) int {
 	}
 	defer d.Close()
 	cfg.Port, cfg.GIDIndex, cfg.PeerUDPPort = dev.Port(), dev.GIDIndex, dev.PeerPort()
+	cfg.BindAddr = dev.BindAddr()
 	var out io.Writer = os.Stdout
 	if *asJSON {
 		out = io.Discard

@@ -40,6 +40,7 @@ func runPingpong(kind pingpong.Kind, args []string) int {
 	}
 	defer d.Close()
 	c.Port, c.GIDIndex, c.PeerUDPPort, c.Out = dev.Port(), dev.GIDIndex, dev.PeerPort(), os.Stdout
+	c.BindAddr = dev.BindAddr()
 	ctx, cancel := toolContext()
 	defer cancel()
 	if _, err := pingpong.Run(ctx, d, c); err != nil {

@@ -29,7 +29,8 @@ func freePort(t *testing.T) string {
 func runServerClient(t *testing.T, run func([]string) int, args ...string) (srv, cli int) {
 	t.Helper()
 	port := freePort(t)
-	sargs := append([]string{"--addr", loopaddr.Next().String(), "-p", port}, args...)
+	srvAddr := loopaddr.Next().String()
+	sargs := append([]string{"--addr", srvAddr, "-p", port}, args...)
 	cargs := append([]string{"--addr", loopaddr.Next().String(), "-p", port}, args...)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -41,7 +42,8 @@ func runServerClient(t *testing.T, run func([]string) int, args ...string) (srv,
 	// while the server is still starting.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if cli = run(append(cargs, "127.0.0.1")); cli == 0 || time.Now().After(deadline) {
+		// The server listens on its --addr only.
+		if cli = run(append(cargs, srvAddr)); cli == 0 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -82,5 +84,40 @@ func TestCLIDemoShort(t *testing.T) {
 		"--addr-a", loopaddr.Next().String(), "--addr-b", loopaddr.Next().String()}
 	if code := runDemo(args); code != 0 {
 		t.Fatalf("demo exit %d", code)
+	}
+}
+
+// TestCLIServersShareTCPPort: servers on two addresses listen on the same
+// -p (each on its --addr), and each client reaches its own server from its
+// --addr.
+func TestCLIServersShareTCPPort(t *testing.T) {
+	port := freePort(t)
+	srvA, srvB := loopaddr.Next().String(), loopaddr.Next().String()
+	run := func(a []string) int { return runPerf(perftest.WriteBW, a) }
+	codes := make([]int, 2)
+	var wg sync.WaitGroup
+	for i, srv := range []string{srvA, srvB} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes[i] = run([]string{"--addr", srv, "-p", port, "-n", "20", "--json"})
+		}()
+	}
+	for _, srv := range []string{srvA, srvB} {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			cli := run([]string{"--addr", loopaddr.Next().String(), "-p", port, "-n", "20", "--json", srv})
+			if cli == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("client of %s: exit %d", srv, cli)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	wg.Wait()
+	if codes[0] != 0 || codes[1] != 0 {
+		t.Fatalf("server exits %v", codes)
 	}
 }

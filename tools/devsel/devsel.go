@@ -50,6 +50,10 @@ type Options struct {
 	// NoRxCoalescing receives without UDP GRO (verbs.DeviceConfig
 	// NoRxCoalescing).
 	NoRxCoalescing bool
+
+	// fallback is the loopback address Open took because the default
+	// address's port was in use.
+	fallback netip.Addr
 }
 
 // NewOptions returns Options with GIDIndex unset (-1).
@@ -93,8 +97,11 @@ func (o *Options) LocalAddr() (netip.Addr, error) {
 	if s == "" {
 		s = os.Getenv(EnvAddr)
 	}
+	if s == "" && o.fallback.IsValid() {
+		return o.fallback, nil
+	}
 	if s == "" {
-		return DefaultAddr(), nil
+		return defaultAddr(), nil
 	}
 	a, err := netip.ParseAddr(s)
 	if err != nil {
@@ -102,6 +109,30 @@ func (o *Options) LocalAddr() (netip.Addr, error) {
 	}
 	return a.Unmap(), nil
 }
+
+// Explicit reports whether the address was chosen (--addr or
+// $SOFTIB_ADDR) rather than defaulted. Tools bind their TCP exchange
+// sockets to a chosen address, and listen on every address otherwise, as
+// perftest does.
+func (o *Options) Explicit() bool {
+	return o.Addr != "" || os.Getenv(EnvAddr) != ""
+}
+
+// BindAddr is the address the tool's TCP exchange sockets bind: the
+// device's address when it was chosen, else the zero Addr (any).
+func (o *Options) BindAddr() netip.Addr {
+	if !o.Explicit() {
+		return netip.Addr{}
+	}
+	a, err := o.LocalAddr()
+	if err != nil {
+		return netip.Addr{}
+	}
+	return a
+}
+
+// defaultAddr is DefaultAddr; tests point it at an address of their own.
+var defaultAddr = DefaultAddr
 
 // DefaultAddr returns the host's first non-loopback IPv4 address, or
 // 127.0.0.1 when there is none.
@@ -172,6 +203,25 @@ func (o *Options) Open() (verbs.Device, error) {
 		return nil, err
 	}
 	dev, err := verbs.Open(cfg)
+	if err != nil && errors.Is(err, syscall.EADDRINUSE) && !o.Explicit() && o.UDPPort == 0 {
+		// Two terminals on one host: the first process holds the
+		// default address's UDP 4791, as a Linux rxe device would for
+		// all of them. A softib device is per process, so a later one
+		// takes a loopback address of its own, which reaches every
+		// local address (the server's too) but no other host.
+		taken := netip.AddrPortFrom(cfg.Addr, DefaultUDPPort)
+		for i := 1; i < 255; i++ {
+			cfg.Addr = netip.AddrFrom4([4]byte{127, 0, 1, byte(i)})
+			if dev, err = verbs.Open(cfg); err == nil || !errors.Is(err, syscall.EADDRINUSE) {
+				break
+			}
+		}
+		if err == nil {
+			o.fallback = cfg.Addr
+			fmt.Fprintf(os.Stderr, "softib: %v is taken (another softib process, or the kernel's rdma_rxe); this process uses %v, "+
+				"which reaches this host only (pass --addr to choose)\n", taken, cfg.Addr)
+		}
+	}
 	if err != nil {
 		return nil, Explain(err, cfg)
 	}

@@ -10,8 +10,11 @@ import (
 	"syscall"
 	"testing"
 
+	"softib/internal/testaddr"
 	"softib/tools/devsel"
 	"softib/verbs"
+
+	_ "softib/rxe"
 )
 
 func TestParseArgs(t *testing.T) {
@@ -80,5 +83,41 @@ func TestOpenErrors(t *testing.T) {
 	}
 	if !errors.Is(devsel.Explain(err, cfg), syscall.EADDRINUSE) {
 		t.Fatal("cause lost")
+	}
+}
+
+// TestOpenFallback: a second process on the default address (two
+// terminals, no --addr) gets a loopback address of its own instead of
+// "address in use"; a chosen --addr never moves, and the exchange sockets
+// bind only a chosen address.
+func TestOpenFallback(t *testing.T) {
+	a := testaddr.Next()
+	defer devsel.SetDefaultAddr(a)()
+	t.Setenv(devsel.EnvAddr, "")
+	first := devsel.NewOptions()
+	d1, err := first.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d1.Close()
+	if got, _ := first.LocalAddr(); got != a || first.BindAddr().IsValid() {
+		t.Fatalf("first: %v, bind %v", got, first.BindAddr())
+	}
+	second := devsel.NewOptions()
+	d2, err := second.Open()
+	if err != nil {
+		t.Fatalf("second process on the default address: %v", err)
+	}
+	defer d2.Close()
+	got, _ := second.LocalAddr()
+	if got == a || !got.IsLoopback() || second.BindAddr().IsValid() {
+		t.Fatalf("second: %v, bind %v", got, second.BindAddr())
+	}
+	chosen := &devsel.Options{Addr: a.String(), GIDIndex: -1}
+	if _, err := chosen.Open(); !errors.Is(err, syscall.EADDRINUSE) {
+		t.Fatalf("--addr %v in use: %v", a, err)
+	}
+	if chosen.BindAddr() != a {
+		t.Fatalf("chosen bind %v", chosen.BindAddr())
 	}
 }

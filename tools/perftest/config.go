@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -155,6 +156,9 @@ type Config struct {
 	// TCPPort is the control port (18515).
 	TCPPort int
 	// Listener, if set, serves instead of listening on TCPPort.
+	// BindAddr, if valid, is the address the exchange socket binds:
+	// the server listens on it alone and the client connects from it.
+	BindAddr netip.Addr
 	Listener net.Listener
 	// Size is the message size (BW 65536, latency 2, atomic 8).
 	Size int

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strconv"
 	"time"
 
@@ -190,6 +191,11 @@ func openTCP(ctx context.Context, cfg *Config) (*TCPCtrl, error) {
 	client := cfg.Host != ""
 	if client {
 		var d net.Dialer
+		if cfg.BindAddr.IsValid() {
+			// Leave from the device's address, not the kernel's choice
+			// (127.0.0.1 towards any 127.0.0.x server).
+			d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(cfg.BindAddr, 0))
+		}
 		addr := net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.TCPPort))
 		conn, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
@@ -200,7 +206,7 @@ func openTCP(ctx context.Context, cfg *Config) (*TCPCtrl, error) {
 	ln := cfg.Listener
 	if ln == nil {
 		var lc net.ListenConfig
-		l, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(cfg.TCPPort))
+		l, err := lc.Listen(ctx, "tcp", listenAddr(cfg.BindAddr, cfg.TCPPort))
 		if err != nil {
 			return nil, fmt.Errorf("couldn't listen on port %d: %w", cfg.TCPPort, err)
 		}
@@ -492,4 +498,14 @@ func run(ctx context.Context, dev verbs.Device, cfg *Config, p *Proto, client bo
 		return finish()
 	}
 	return nil, errors.New("perftest: unknown test")
+}
+
+// listenAddr is the exchange listener's address: the device's address when
+// one was chosen (servers on 127.0.0.2 and 127.0.0.3 share a port), else
+// every address, as perftest listens.
+func listenAddr(a netip.Addr, port int) string {
+	if !a.IsValid() {
+		return ":" + strconv.Itoa(port)
+	}
+	return netip.AddrPortFrom(a, uint16(port)).String()
 }

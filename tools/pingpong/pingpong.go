@@ -60,6 +60,9 @@ type Config struct {
 	TCPPort int
 	// Listener, if set, is used by a server instead of listening on
 	// TCPPort (tests use it to avoid port clashes).
+	// BindAddr, if valid, is the address the exchange socket binds:
+	// the server listens on it alone and the client connects from it.
+	BindAddr netip.Addr
 	Listener net.Listener
 	// Size is the message size (RC 4096, UD 2048).
 	Size int
@@ -316,6 +319,11 @@ func (r *runner) exchange(ctx context.Context, local Dest) error {
 	c := r.cfg
 	if c.Host != "" {
 		var d net.Dialer
+		if c.BindAddr.IsValid() {
+			// Leave from the device's address, not the kernel's choice
+			// (127.0.0.1 towards any 127.0.0.x server).
+			d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(c.BindAddr, 0))
+		}
 		addr := net.JoinHostPort(c.Host, strconv.Itoa(c.TCPPort))
 		conn, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
@@ -332,7 +340,7 @@ func (r *runner) exchange(ctx context.Context, local Dest) error {
 	ln := c.Listener
 	if ln == nil {
 		var lc net.ListenConfig
-		l, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(c.TCPPort))
+		l, err := lc.Listen(ctx, "tcp", listenAddr(c.BindAddr, c.TCPPort))
 		if err != nil {
 			return fmt.Errorf("couldn't listen to port %d: %w", c.TCPPort, err)
 		}
@@ -522,4 +530,14 @@ func (r *runner) close() {
 	if r.pd != nil {
 		r.pd.Dealloc()
 	}
+}
+
+// listenAddr is the exchange listener's address: the device's address when
+// one was chosen (servers on 127.0.0.2 and 127.0.0.3 share a port), else
+// every address, as perftest listens.
+func listenAddr(a netip.Addr, port int) string {
+	if !a.IsValid() {
+		return ":" + strconv.Itoa(port)
+	}
+	return netip.AddrPortFrom(a, uint16(port)).String()
 }

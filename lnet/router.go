@@ -326,6 +326,31 @@ func (in *Instance) grantBufferLocked(m *message, pool *rtrPool) {
 	m.rtrBuf = b
 }
 
+// payloadKeeper is an LND that can leave a forwarded payload in kernel
+// memory (socklnd: a pipe filled by splice(2)) instead of copying it into
+// the router buffer, and send it from there on its own NIs, so that the
+// router copies no payload byte (Lustre's ksocklnd copies once, into the
+// router buffer's pages, and sends those pages without copying). The
+// kept payload rides in lnd.Msg.LNDPrivate from the receiving driver to
+// the sending one; the message still holds its router buffer and
+// credits, so pools, credits and queueing are unchanged.
+type payloadKeeper interface {
+	// RecvKept is Recv that may keep the payload rather than fill dst.
+	RecvKept(private any, msg *lnd.Msg, delayed bool, dst lnd.IOV, rlen int) error
+	// KeepsFor reports whether tx can send a payload this driver kept.
+	KeepsFor(tx lnd.Driver) bool
+	// Materialize copies a kept payload into dst and frees it (no-op
+	// when msg has none).
+	Materialize(msg *lnd.Msg, dst lnd.IOV) error
+	// ReleaseKept frees a kept payload that was not sent (no-op when
+	// msg has none).
+	ReleaseKept(msg *lnd.Msg)
+}
+
+// keepMinPayload is the smallest forwarded payload offered to a
+// payloadKeeper (socklnd applies its own threshold too).
+const keepMinPayload = 64 << 10
+
 // recvRouted receives m's payload into its router buffer (lnet_ni_recv);
 // the caller did m.rxNI.calls.Add(1).
 func (in *Instance) recvRouted(m *message) {
@@ -336,11 +361,53 @@ func (in *Instance) recvRouted(m *message) {
 		m.rtrFrag[0] = m.rtrBuf[:n]
 		dst = lnd.IOV{Frags: m.rtrFrag[:], Len: n}
 	}
-	err := ni.drv.Recv(m.private, &m.Msg, m.rxDelayed, dst, n)
+	var err error
+	if k, ok := ni.drv.(payloadKeeper); ok && n >= keepMinPayload && in.keepsFor(m, k) {
+		err = k.RecvKept(m.private, &m.Msg, m.rxDelayed, dst, n)
+	} else {
+		err = ni.drv.Recv(m.private, &m.Msg, m.rxDelayed, dst, n)
+	}
 	ni.calls.Done()
 	if err != nil {
 		in.finalize(m, err)
 	}
+}
+
+// keepsFor predicts whether the NI that will send m on can take the
+// payload as k keeps it: the first NI on the destination's net, or on
+// the gateway's net of the first live route to it. A wrong guess costs a
+// copy (forwardLocked materializes), never a wrong payload.
+func (in *Instance) keepsFor(m *message, k payloadKeeper) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	net := m.Hdr.DestNID.Net()
+	ni := in.firstNIOnLocked(net)
+	if ni == nil {
+		if rn := in.routes.nets[net]; rn != nil {
+			for _, r := range rn.routes {
+				if in.routeAliveLocked(r) {
+					ni = in.firstNIOnLocked(r.gw.nid.Net())
+					break
+				}
+			}
+		}
+	}
+	return ni != nil && k.KeepsFor(ni.drv)
+}
+
+// materializeLocked copies a payload the receiving LND kept into the
+// router buffer when the NI chosen to send it on cannot take it as kept
+// (a route changed since keepsFor guessed). Rare: the copy under the
+// lock is the receive copy a kept payload saved.
+func (in *Instance) materializeLocked(m *message, tx *netIface) error {
+	if m.Msg.LNDPrivate == nil {
+		return nil
+	}
+	k, ok := m.rxNI.drv.(payloadKeeper)
+	if !ok || k.KeepsFor(tx.drv) {
+		return nil
+	}
+	return k.Materialize(&m.Msg, m.Payload)
 }
 
 // forwardLocked turns a routed message whose payload has arrived into
@@ -370,6 +437,10 @@ func (in *Instance) forwardLocked(m *message) (sendResult, error) {
 		}
 		nextHop, ni = gw, gni
 	}
+	if err := in.materializeLocked(m, ni); err != nil {
+		m.dropped = true
+		return sendFail, err
+	}
 	m.ni = ni
 	m.peer = in.peerLocked(nextHop, ni)
 	m.peer.refs++
@@ -385,6 +456,12 @@ func (in *Instance) forwardLocked(m *message) (sendResult, error) {
 // buffer and router credit, posting the next waiter of each queue; the
 // released messages are added to out for recvRouted.
 func (in *Instance) returnRxCreditsLocked(m *message, out *pendings) {
+	if m.Msg.LNDPrivate != nil && m.rxNI != nil {
+		// Not sent from where the receiving LND kept it (dropped).
+		if k, ok := m.rxNI.drv.(payloadKeeper); ok {
+			k.ReleaseKept(&m.Msg)
+		}
+	}
 	if m.rtrCredit {
 		m.rtrCredit = false
 		pool := &in.router.pools[m.rtrPool]

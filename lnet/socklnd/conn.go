@@ -8,6 +8,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"softib/lnet/lnd"
@@ -30,6 +31,13 @@ const (
 	// large payloads bypass it.
 	rxBufSize = 64 << 10
 )
+
+// spliceAt is a kept payload the writer splices after the iovecs before
+// index at.
+type spliceAt struct {
+	at int
+	p  *keptPayload
+}
 
 // tx is one message to write: an LNET send (msg != nil) or a NOOP. Its
 // header headroom is filled in place. Descriptors are pooled.
@@ -75,6 +83,7 @@ type rxReq struct {
 	msg  *lnd.Msg
 	dst  lnd.IOV
 	rlen int
+	keep bool // RecvKept: the payload may stay in a pipe (keep_linux.go)
 }
 
 // conn is one established TCP connection. One writer and one reader
@@ -84,6 +93,8 @@ type conn struct {
 	d       *Driver
 	p       *peer
 	nc      net.Conn
+	src     capReader       // nc under br
+	raw     syscall.RawConn // nc's socket for splice(2); nil if not a kernel socket
 	br      *bufio.Reader
 	typ     lnetwire.SockConnType // local view
 	version uint32
@@ -118,23 +129,45 @@ type conn struct {
 	bufs  net.Buffers
 	zcTx  []*tx
 	noops []*tx
+	// kept payloads of the batch: each spliced after iov[:at]
+	splices []spliceAt
 
 	// reader-owned
-	rxbuf  [hdrRoom]byte
-	hdr    lnetwire.Header
-	rxIov  [][]byte
-	zcDone []*tx
+	capNext bool // the last payload was kept: read the next header alone
+	rxbuf   [hdrRoom]byte
+	hdr     lnetwire.Header
+	rxIov   [][]byte
+	zcDone  []*tx
 }
 
 func newConn(d *Driver, nc net.Conn) *conn {
-	return &conn{
+	c := &conn{
 		d:       d,
 		nc:      nc,
-		br:      bufio.NewReaderSize(nc, rxBufSize),
+		src:     capReader{r: nc},
+		raw:     rawConn(nc),
 		kick:    make(chan struct{}, 1),
 		closing: make(chan struct{}),
 		rxCh:    make(chan rxReq, 1),
 	}
+	c.br = bufio.NewReaderSize(&c.src, rxBufSize)
+	return c
+}
+
+// capReader is the connection as the read buffer sees it: max > 0 caps
+// one read, so that after a payload kept in a pipe the reader fetches the
+// next header alone rather than up to rxBufSize of a payload it would
+// then copy into the next pipe.
+type capReader struct {
+	r   io.Reader
+	max int
+}
+
+func (r *capReader) Read(p []byte) (int, error) {
+	if r.max > 0 && len(p) > r.max {
+		p = p[:r.max]
+	}
+	return r.r.Read(p)
 }
 
 func (c *conn) String() string {
@@ -364,7 +397,11 @@ func (c *conn) flush(batch []*tx, ping bool) error {
 		} else {
 			c.iov = append(c.iov, t.buf[:])
 		}
-		c.iov = t.msg.Payload.AppendBuffers(c.iov)
+		if p := d.takeKept(t.msg); p != nil {
+			c.splices = append(c.splices, spliceAt{at: len(c.iov), p: p})
+		} else {
+			c.iov = t.msg.Payload.AppendBuffers(c.iov)
+		}
 		if d.cfg.EnableCsum && !v1 {
 			h := lnetwire.SockMsgHdr(t.buf[:lnetwire.SockMsgHdrLen])
 			sum := lnetwire.SockCsum(0).UpdateHdr(h).Update(t.buf[lnetwire.SockMsgHdrLen:])
@@ -382,10 +419,7 @@ func (c *conn) flush(batch []*tx, ping bool) error {
 	}
 
 	c.nc.SetWriteDeadline(time.Now().Add(d.cfg.SockTimeout))
-	c.bufs = c.iov
-	_, err := c.bufs.WriteTo(c.nc)
-	clear(c.iov)
-	c.bufs = nil
+	err := c.write()
 
 	d.stats.TxNoops.Add(uint64(len(c.noops)))
 	for i, t := range c.noops {
@@ -438,6 +472,34 @@ func (c *conn) flush(batch []*tx, ping bool) error {
 	}
 	clear(c.zcTx)
 	return nil
+}
+
+// write writes the batch's iovecs with writev, splicing kept payloads in
+// their places, and gives the pipes back.
+func (c *conn) write() error {
+	var err error
+	start := 0
+	for i := range c.splices {
+		sp := &c.splices[i]
+		if err == nil {
+			c.bufs = c.iov[start:sp.at]
+			_, err = c.bufs.WriteTo(c.nc)
+		}
+		if err == nil {
+			err = c.spliceOut(sp.p)
+		}
+		sp.p.l.putPipe(sp.p)
+		start = sp.at
+	}
+	if err == nil {
+		c.bufs = c.iov[start:]
+		_, err = c.bufs.WriteTo(c.nc)
+	}
+	clear(c.iov)
+	c.bufs = nil
+	clear(c.splices)
+	c.splices = c.splices[:0]
+	return err
 }
 
 // buildAckNoops turns the ACKs not piggybacked into NOOPs: V3 packs a run
@@ -509,6 +571,9 @@ func (c *conn) readLoop() error {
 		var want uint32
 		var zcReq uint64
 		if c.version >= lnetwire.SockProtoV2 {
+			if c.capNext && c.br.Buffered() == 0 {
+				c.src.max = hdrRoom
+			}
 			if _, err := io.ReadFull(c.br, c.rxbuf[:lnetwire.SockMsgHdrLen]); err != nil {
 				return err
 			}
@@ -541,6 +606,7 @@ func (c *conn) readLoop() error {
 		if _, err := io.ReadFull(c.br, lh); err != nil {
 			return err
 		}
+		c.src.max = 0
 		if want != 0 {
 			sum = sum.Update(lh)
 		}
@@ -572,7 +638,22 @@ func (c *conn) readLoop() error {
 		case <-c.closing:
 			return errConnLost
 		}
-		n, err := c.readPayload(req, rlen, &sum, want != 0)
+		var n int
+		var err error
+		var kept *keptPayload
+		if req.keep && req.msg != nil && want == 0 {
+			kept, err = c.readKept(req.dst, rlen)
+			if err == nil {
+				n = rlen
+				if kept != nil {
+					req.msg.LNDPrivate = kept
+				}
+			}
+			c.capNext = kept != nil
+		} else {
+			n, err = c.readPayload(req, rlen, &sum, want != 0)
+			c.capNext = false
+		}
 		if rlen > 0 {
 			c.nc.SetReadDeadline(time.Time{})
 		}

@@ -84,6 +84,10 @@ type Stats struct {
 	CsumErrors       atomic.Uint64
 	ParseRejects     atomic.Uint64 // headers the core refused
 	TxTimeouts       atomic.Uint64 // queued sends that found no connection in time
+	// Forwarded payloads (keep_linux.go): received into a pipe by
+	// splice, sent from one by splice, and the receives that fell back
+	// to copying because the pipe ran out of slots mid-payload.
+	KeptRx, KeptTx, KeptFallbacks atomic.Uint64
 }
 
 // LND is the socklnd driver type. Register one value per lnet.Instance
@@ -95,6 +99,7 @@ type LND struct {
 
 	mu      sync.Mutex
 	drivers map[lnetwire.NID]*Driver
+	pipes   pipePool // forwarded payloads kept in the kernel (keep_linux.go)
 }
 
 // The interfaces socklnd implements.
@@ -459,6 +464,11 @@ func (d *Driver) startConnect(p *peer, now time.Time) {
 // Recv implements lnd.Driver: it hands the payload destination to the
 // connection's reader, which reads the payload off the socket.
 func (d *Driver) Recv(private any, msg *lnd.Msg, delayed bool, dst lnd.IOV, rlen int) error {
+	return d.recv(private, msg, dst, rlen, false)
+}
+
+// recv hands a Recv or RecvKept to the reader.
+func (d *Driver) recv(private any, msg *lnd.Msg, dst lnd.IOV, rlen int, keep bool) error {
 	c, ok := private.(*conn)
 	if !ok {
 		return fmt.Errorf("socklnd: Recv with foreign context %T", private)
@@ -471,7 +481,7 @@ func (d *Driver) Recv(private any, msg *lnd.Msg, delayed bool, dst lnd.IOV, rlen
 		}
 		return lnd.ErrPeerDown
 	}
-	c.rxCh <- rxReq{msg: msg, dst: dst, rlen: rlen}
+	c.rxCh <- rxReq{msg: msg, dst: dst, rlen: rlen, keep: keep}
 	return nil
 }
 
@@ -574,6 +584,9 @@ func (d *Driver) Shutdown() {
 		d.lnd.mu.Lock()
 		if d.lnd.drivers[d.nid] == d {
 			delete(d.lnd.drivers, d.nid)
+		}
+		if len(d.lnd.drivers) == 0 {
+			d.lnd.closeIdlePipesLocked()
 		}
 		d.lnd.mu.Unlock()
 	}

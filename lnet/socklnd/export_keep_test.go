@@ -1,0 +1,13 @@
+//go:build linux
+
+package socklnd
+
+// KeptPipeSize exposes the pipe capacity for the fallback test.
+var KeptPipeSize = &keptPipeSize
+
+// KeptPipes returns the LND's open and idle pipes.
+func (l *LND) KeptPipes() (total, idle int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pipes.total, len(l.pipes.free)
+}

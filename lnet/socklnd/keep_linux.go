@@ -1,0 +1,373 @@
+//go:build linux
+
+package socklnd
+
+// Forwarding without copying the payload through user memory.
+//
+// A router that reads a 1 MiB payload into a router buffer and writes it
+// out again copies every byte twice (socket → buffer → socket); on a
+// 2-core machine those copies were 42% of the router's CPU and held a
+// routed lst brw at about half the direct rate. Kernel Lustre's ksocklnd
+// copies once (into the router buffer's pages) and sends those pages
+// without copying. Here the router buffer of a message routed between
+// two tcp NIs is a pipe instead: splice(2) moves the socket's pages into
+// it (no copy), and later from it into the next hop's socket (no copy).
+// Lustre's semantics stay: the whole payload is received before the
+// core chooses the next hop and sends it; buffer pools, credits and
+// queueing are the core's as before (the core still takes a router
+// buffer for each message; the pipe replaces only the bytes).
+//
+//	reader: lnet_hdr ─► Parse ─► RecvKept ─► read-ahead bytes written to
+//	        the pipe, the rest spliced from the socket ─► msg.LNDPrivate =
+//	        the pipe ─► Finalize ─► core picks the next hop
+//	core:   next hop on a tcp NI of this LND: Send as usual; elsewhere
+//	        (o2ib): Materialize copies the pipe into the router buffer
+//	writer: headers with writev, then the pipe spliced into the socket
+//
+// The receive falls back to reading into the router buffer when no pipe
+// is available (the pool is bounded; F_SETPIPE_SZ may be refused) and,
+// mid-message, when the pipe's slots run out before the payload does (a
+// socket whose pages are small fragments): what the pipe holds is copied
+// out and the rest read normally.
+
+import (
+	"errors"
+	"io"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"softib/lnet/lnd"
+)
+
+const (
+	// keepMinPayload is the smallest payload worth a pipe: below it the
+	// copy costs less than the splice calls.
+	keepMinPayload = 64 << 10
+	// maxKeptPipes bounds the pipes of one LND (each may pin up to
+	// lnd.MaxPayload of socket pages); messages beyond use copies.
+	maxKeptPipes = 64
+)
+
+// keptPipeSize is the capacity asked of each pipe (tests lower it to
+// exercise the fallback).
+var keptPipeSize = lnd.MaxPayload
+
+// keptPayload is a forwarded payload held in a pipe. The reader fills it,
+// the writer of the next hop's connection empties it; in between it
+// rides in lnd.Msg.LNDPrivate.
+type keptPayload struct {
+	l    *LND
+	r, w int // pipe ends (non-blocking)
+	n    int // bytes in the pipe
+}
+
+// pipePool is an LND's set of idle pipes. Guarded by LND.mu.
+type pipePool struct {
+	free   []*keptPayload
+	total  int  // pipes open, idle or in use
+	broken bool // F_SETPIPE_SZ or pipe2 failed once: copy from now on
+}
+
+// getPipe returns an empty pipe sized for lnd.MaxPayload, or nil.
+func (l *LND) getPipe() *keptPayload {
+	l.mu.Lock()
+	pp := &l.pipes
+	if k := len(pp.free); k > 0 {
+		p := pp.free[k-1]
+		pp.free[k-1] = nil
+		pp.free = pp.free[:k-1]
+		l.mu.Unlock()
+		return p
+	}
+	if pp.broken || pp.total >= maxKeptPipes || len(l.drivers) == 0 {
+		l.mu.Unlock()
+		return nil
+	}
+	pp.total++
+	l.mu.Unlock()
+	var fds [2]int
+	err := unix.Pipe2(fds[:], unix.O_NONBLOCK|unix.O_CLOEXEC)
+	if err == nil {
+		// Room for a whole payload, so that one pipe holds a message
+		// whose socket pages are at least 4 KiB each.
+		if _, err = unix.FcntlInt(uintptr(fds[1]), unix.F_SETPIPE_SZ, keptPipeSize); err != nil {
+			unix.Close(fds[0])
+			unix.Close(fds[1])
+		}
+	}
+	if err != nil {
+		l.mu.Lock()
+		pp.total--
+		pp.broken = true
+		l.mu.Unlock()
+		return nil
+	}
+	return &keptPayload{l: l, r: fds[0], w: fds[1]}
+}
+
+// putPipe takes a pipe back: an empty one is kept for reuse, one still
+// holding bytes (a message dropped before it was sent) is closed, which
+// frees its pages.
+func (l *LND) putPipe(p *keptPayload) {
+	l.mu.Lock()
+	pp := &l.pipes
+	if p.n == 0 && len(l.drivers) > 0 {
+		pp.free = append(pp.free, p)
+		l.mu.Unlock()
+		return
+	}
+	pp.total--
+	l.mu.Unlock()
+	p.close()
+}
+
+func (p *keptPayload) close() {
+	unix.Close(p.r)
+	unix.Close(p.w)
+	p.r, p.w, p.n = -1, -1, 0
+}
+
+// closeIdlePipes closes the idle pipes; called when the LND's last NI
+// shuts down (pipes in use are closed when they come back).
+func (l *LND) closeIdlePipesLocked() {
+	for i, p := range l.pipes.free {
+		p.close()
+		l.pipes.free[i] = nil
+	}
+	l.pipes.total -= len(l.pipes.free)
+	l.pipes.free = l.pipes.free[:0]
+}
+
+// keepable reports whether d can splice: the connection is a kernel
+// socket and payload checksums are off (a checksum needs the bytes).
+func (d *Driver) keepable() bool {
+	return d.lnd != nil && !d.cfg.EnableCsum
+}
+
+// KeepsFor reports whether a payload d receives with RecvKept can stay in
+// its pipe when the message is sent on by tx (a tcp NI of the same LND
+// without checksums); otherwise the core copies it out with Materialize.
+func (d *Driver) KeepsFor(tx lnd.Driver) bool {
+	t, ok := tx.(*Driver)
+	return ok && d.keepable() && t.keepable() && t.lnd == d.lnd
+}
+
+// RecvKept is Recv for a message this node forwards: the payload may be
+// left in a pipe (recorded in msg.LNDPrivate) rather than written to dst,
+// which is the router buffer. dst must cover rlen.
+func (d *Driver) RecvKept(private any, msg *lnd.Msg, delayed bool, dst lnd.IOV, rlen int) error {
+	return d.recv(private, msg, dst, rlen, d.keepable() && msg != nil && dst.Len >= rlen && rlen >= keepMinPayload)
+}
+
+// Materialize copies a payload RecvKept left in a pipe into dst and frees
+// the pipe; without one it does nothing.
+func (d *Driver) Materialize(msg *lnd.Msg, dst lnd.IOV) error {
+	p, ok := msg.LNDPrivate.(*keptPayload)
+	if !ok {
+		return nil
+	}
+	msg.LNDPrivate = nil
+	err := p.drainTo(dst)
+	p.l.putPipe(p)
+	return err
+}
+
+// ReleaseKept frees the pipe of a forwarded message that was not sent
+// from it (dropped, or failed before the writer took it).
+func (d *Driver) ReleaseKept(msg *lnd.Msg) {
+	if p, ok := msg.LNDPrivate.(*keptPayload); ok {
+		msg.LNDPrivate = nil
+		p.l.putPipe(p)
+	}
+}
+
+// takeKept detaches msg's pipe for the writer of a connection of d.
+func (d *Driver) takeKept(msg *lnd.Msg) *keptPayload {
+	if msg == nil {
+		return nil
+	}
+	p, ok := msg.LNDPrivate.(*keptPayload)
+	if !ok || p.l != d.lnd || !d.keepable() {
+		return nil
+	}
+	msg.LNDPrivate = nil
+	return p
+}
+
+// drainTo reads the whole pipe into the start of dst (all of it is there:
+// the reads do not wait).
+func (p *keptPayload) drainTo(dst lnd.IOV) error {
+	if p.n > dst.Len {
+		return io.ErrShortBuffer
+	}
+	var iov [][]byte
+	iov = dst.Slice(0, p.n).AppendBuffers(iov)
+	for _, b := range iov {
+		for len(b) > 0 {
+			k, err := unix.Read(p.r, b)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if k == 0 {
+				return io.ErrUnexpectedEOF
+			}
+			b = b[k:]
+			p.n -= k
+		}
+	}
+	return nil
+}
+
+// errPipeFull stops a splice into a pipe with no free slot left.
+var errPipeFull = errors.New("socklnd: pipe full")
+
+// readKept receives rlen payload bytes into a pipe, reporting it through
+// the returned value; nil means they were read into dst instead. Called
+// by the reader after Parse, with nothing of the payload consumed yet.
+func (c *conn) readKept(dst lnd.IOV, rlen int) (*keptPayload, error) {
+	if c.raw == nil || c.br.Buffered() >= rlen {
+		return nil, c.readInto(dst, rlen)
+	}
+	p := c.d.lnd.getPipe()
+	if p == nil {
+		return nil, c.readInto(dst, rlen)
+	}
+	// What the reader already buffered goes first (a copy of at most
+	// rxBufSize); the pipe is empty, so the write does not wait unless
+	// the pipe is smaller than that.
+	var err error
+	if b := c.br.Buffered(); b > 0 {
+		ahead, _ := c.br.Peek(b)
+		for len(ahead) > 0 && err == nil {
+			k, werr := unix.Write(p.w, ahead)
+			switch {
+			case k > 0:
+				c.br.Discard(k)
+				ahead = ahead[k:]
+				p.n += k
+			case werr == unix.EINTR:
+			case werr == unix.EAGAIN:
+				err = errPipeFull
+			default:
+				err = werr
+			}
+		}
+	}
+	// The read buffer is empty now: the rest comes off the socket.
+	var serr error
+	if err == nil {
+		err = c.raw.Read(func(fd uintptr) bool {
+			queued := false // the socket held data before the last splice
+			for p.n < rlen {
+				k, err := unix.Splice(int(fd), nil, p.w, nil, rlen-p.n, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+				switch {
+				case k > 0:
+					p.n += int(k)
+					queued = false
+				case err == unix.EINTR:
+				case err == unix.EAGAIN:
+					// No data, or no room in the pipe. Data seen on the
+					// socket before a splice that still moved nothing
+					// (only we read it) means the second.
+					q, qerr := unix.IoctlGetInt(int(fd), unix.SIOCINQ)
+					if qerr != nil || q == 0 {
+						return false
+					}
+					if queued {
+						serr = errPipeFull
+						return true
+					}
+					queued = true
+				case err == nil:
+					serr = io.ErrUnexpectedEOF
+					return true
+				default:
+					serr = err
+					return true
+				}
+			}
+			return true
+		})
+		if err == nil {
+			err = serr
+		}
+	}
+	if err == errPipeFull {
+		// Copy what the pipe holds, read the rest into dst.
+		c.d.stats.KeptFallbacks.Add(1)
+		n := p.n
+		err = p.drainTo(dst)
+		p.l.putPipe(p)
+		if err != nil {
+			return nil, err
+		}
+		return nil, c.readInto(dst.Slice(n, rlen-n), rlen-n)
+	}
+	if err != nil {
+		p.l.putPipe(p)
+		return nil, err
+	}
+	c.d.stats.KeptRx.Add(1)
+	return p, nil
+}
+
+// readInto reads n payload bytes into dst (dst.Len ≥ n).
+func (c *conn) readInto(dst lnd.IOV, n int) error {
+	c.rxIov = dst.Slice(0, n).AppendBuffers(c.rxIov[:0])
+	defer clear(c.rxIov)
+	for _, b := range c.rxIov {
+		if _, err := io.ReadFull(c.br, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// spliceOut writes the pipe's bytes into the connection.
+func (c *conn) spliceOut(p *keptPayload) error {
+	var serr error
+	err := c.raw.Write(func(fd uintptr) bool {
+		for p.n > 0 {
+			k, err := unix.Splice(p.r, nil, int(fd), nil, p.n, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+			switch {
+			case k > 0:
+				p.n -= int(k)
+			case err == unix.EINTR:
+			case err == unix.EAGAIN:
+				return false // the socket is full; the pipe is not empty
+			case err == nil:
+				serr = io.ErrShortWrite
+				return true
+			default:
+				serr = err
+				return true
+			}
+		}
+		return true
+	})
+	if err == nil {
+		err = serr
+	}
+	if err == nil {
+		c.d.stats.KeptTx.Add(1)
+	}
+	return err
+}
+
+// rawConn returns the socket of nc for splice, or nil (not a kernel
+// socket, as in tests that wrap connections).
+func rawConn(nc any) syscall.RawConn {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return rc
+}

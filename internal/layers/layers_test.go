@@ -41,6 +41,7 @@ var rules = map[string][]string{
 	"softib/internal/testenv":    nil,
 	"softib/internal/testaddr":   nil,
 	"softib/internal/leakcheck":  nil,
+	"softib/internal/e2etest":    {"softib/internal/testaddr", "softib/internal/testenv", "softib/udp"},
 	"softib/internal/layers":     nil,
 	"softib/internal/netns":      {"softib/internal/stats", "softib/internal/testenv"},
 	"softib/internal/netemu":     {"softib/internal/stats", "softib/internal/testenv"},

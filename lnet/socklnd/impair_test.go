@@ -3,11 +3,10 @@
 package socklnd_test
 
 import (
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
+	"softib/internal/e2etest"
 	"softib/internal/netemu"
 	"softib/internal/testenv"
 	"softib/lnet/socklnd"
@@ -62,30 +61,7 @@ func TestNetemuImpaired(t *testing.T) {
 	}
 }
 
-// hostRetransSegs reads Tcp RetransSegs from /proc/net/snmp inside h.
-func hostRetransSegs(t *testing.T, h *netemu.Host) int {
-	t.Helper()
-	out, err := h.Command("cat", "/proc/net/snmp").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 0 || f[0] != "Tcp:" {
-			continue
-		}
-		if names == nil {
-			names = f
-			continue
-		}
-		for i, name := range names {
-			if name == "RetransSegs" && i < len(f) {
-				v, _ := strconv.Atoi(f[i])
-				return v
-			}
-		}
-	}
-	t.Fatal("no Tcp RetransSegs in /proc/net/snmp")
-	return 0
+// hostRetransSegs reads Tcp RetransSegs inside h.
+func hostRetransSegs(t *testing.T, h *netemu.Host) uint64 {
+	return e2etest.SNMP(t, h.Do, "Tcp", "RetransSegs")
 }

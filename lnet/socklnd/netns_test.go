@@ -2,11 +2,10 @@ package socklnd_test
 
 import (
 	"errors"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
+	"softib/internal/e2etest"
 	"softib/internal/netns"
 	"softib/lnet/socklnd"
 )
@@ -64,30 +63,7 @@ func TestNetnsNetem(t *testing.T) {
 	t.Logf("TCP retransmitted %d segments", re)
 }
 
-// retransSegs reads Tcp RetransSegs from /proc/net/snmp inside n.
-func retransSegs(t *testing.T, n *netns.Node) int {
-	t.Helper()
-	out, err := n.Command("cat", "/proc/net/snmp").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 0 || f[0] != "Tcp:" {
-			continue
-		}
-		if names == nil {
-			names = f
-			continue
-		}
-		for i, name := range names {
-			if name == "RetransSegs" && i < len(f) {
-				v, _ := strconv.Atoi(f[i])
-				return v
-			}
-		}
-	}
-	t.Fatal("no Tcp RetransSegs in /proc/net/snmp")
-	return 0
+// retransSegs reads Tcp RetransSegs inside n.
+func retransSegs(t *testing.T, n *netns.Node) uint64 {
+	return e2etest.SNMP(t, n.Do, "Tcp", "RetransSegs")
 }

@@ -1,110 +1,28 @@
 package socklnd_test
 
 import (
-	"bufio"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
-	"softib/internal/testenv"
+	"softib/internal/e2etest"
 	"softib/internal/tsharktest"
 	"softib/lnet/socklnd"
 )
 
-// capture runs dumpcap (shipped with tshark) on lo for the given hosts
-// until the returned stop function is called, writing a pcap into the
-// test's temp dir.
+// capture captures the acceptor-port TCP traffic of the given hosts on
+// lo until stop is called.
 func capture(t *testing.T, port int, hosts ...string) (path string, stop func()) {
 	t.Helper()
-	testenv.RequireRoot(t)
-	testenv.RequireTool(t, "tshark")
-	dumpcap := testenv.RequireTool(t, "dumpcap")
-	path = filepath.Join(t.TempDir(), "socklnd.pcap")
 	var filter []string
 	for _, h := range hosts {
 		filter = append(filter, "host "+h)
 	}
-	expr := "tcp port " + strconv.Itoa(port) + " and (" + strings.Join(filter, " or ") + ")"
-	cmd := exec.Command(dumpcap, "-i", "lo", "-P", "-B", "32", "-f", expr, "-w", path)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		once := false
-		for sc.Scan() {
-			t.Logf("dumpcap: %s", sc.Text())
-			if !once && strings.Contains(sc.Text(), "Capturing on") {
-				once = true
-				close(ready)
-			}
-		}
-		if !once {
-			close(ready)
-		}
-	}()
-	select {
-	case <-ready:
-	case <-time.After(hangGuard):
-		t.Fatal("hang guard: dumpcap did not start")
-	}
-	// dumpcap announces itself before its filter is live: probe (a
-	// refused connect matching the filter) until packets reach the file.
-	probe := net.JoinHostPort(hosts[0], strconv.Itoa(port))
-	deadline := time.Now().Add(hangGuard)
-	for {
-		if c, err := net.DialTimeout("tcp4", probe, time.Second); err == nil {
-			c.Close()
-		}
-		time.Sleep(20 * time.Millisecond)
-		if fi, err := os.Stat(path); err == nil && fi.Size() > 24 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("hang guard: dumpcap captures nothing")
-		}
-	}
-	stopped := false
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		// Let dumpcap drain what it has buffered: wait until the file
-		// stops growing.
-		last, same := int64(-1), 0
-		for range 200 {
-			time.Sleep(50 * time.Millisecond)
-			fi, err := os.Stat(path)
-			if err != nil {
-				break
-			}
-			if fi.Size() == last {
-				if same++; same == 6 {
-					break
-				}
-				continue
-			}
-			last, same = fi.Size(), 0
-		}
-		cmd.Process.Signal(syscall.SIGINT)
-		cmd.Wait()
-	}
-	t.Cleanup(stop)
-	return path, stop
+	c := e2etest.StartCapture(t, "lo", "tcp port "+strconv.Itoa(port)+" and ("+strings.Join(filter, " or ")+")")
+	return c.Path, c.Stop
 }
 
 // TestTsharkDecode captures real socklnd traffic (handshakes, PUT/ACK,

@@ -3,8 +3,10 @@ package iser
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
+	"syscall"
 	"time"
 )
 
@@ -40,8 +42,8 @@ func (t *Target) discovery(nc net.Conn) error {
 	for {
 		nc.SetReadDeadline(time.Now().Add(2 * time.Minute))
 		if _, err := io.ReadFull(r, hdr); err != nil {
-			if err == io.EOF {
-				return nil
+			if err == io.EOF || errors.Is(err, syscall.ECONNRESET) {
+				return nil // iscsiadm may close without a logout
 			}
 			return err
 		}

@@ -178,6 +178,11 @@ func (in *Instance) discover(ctx context.Context, nid lnetwire.NID, force bool) 
 			return DiscoverResult{}, ErrClosed
 		}
 		if in.disc.off {
+			// As lnet_discover: the peer is looked up (created if new)
+			// and reported as it is; nothing is sent.
+			if in.lpeerLocked(nid) == nil && in.byNID[nid] == nil {
+				in.peerTrafficAddLocked(nid)
+			}
 			r := in.discResultLocked(nid)
 			in.mu.Unlock()
 			return r, nil

@@ -28,6 +28,13 @@ const ctlUsage = `usage: softib lnetctl [--socket PATH] [--json] <object> <actio
   route show [--net NET] [--gateway NID] [--hop N] [-v]
   routing show
   ping NID... [--timeout 5s] [--source NID]
+  discover [--force] NID...
+  discover --primary NID...      (LNetPrimaryNID of each NID; softib)
+  fault drop add -s SRC -d DST -r RATE|-i SECS [-p PORTAL] [-m PUT|ACK|GET|REPLY]
+          [-o LOCAL_NID] [-x] [-n]   (SRC/DST: NID, *@net or *)
+  fault delay add -s SRC -d DST -r RATE|-i SECS -l LATENCY [-p PORTAL] [-m TYPE]
+  fault drop|delay del -s SRC -d DST | --all
+  fault drop|delay show | reset
   stats show | stats reset
   global show
   set <tunable> <value>          (e.g. set transaction_timeout 30)
@@ -217,6 +224,13 @@ func (c *ctl) run(ctx context.Context, args []string) int {
 		return c.importCmd(ctx, rest)
 	case "test":
 		return c.test(ctx, action, rest)
+	case "fault": // fault.go
+		return c.fault(ctx, action, rest)
+	case "discover": // fault.go
+		if action != "" {
+			rest = append([]string{action}, rest...)
+		}
+		return c.discover(ctx, rest)
 	default:
 		return c.usageErr("unknown command %q", obj)
 	}

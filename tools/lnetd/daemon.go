@@ -96,6 +96,7 @@ func New(opts Options) (*Daemon, error) {
 		return nil, err
 	}
 	d.in = in
+	d.applyDiscovery() // fault.go
 	if tp, _ := d.global.Get("test_portal"); tp >= 0 {
 		slots, _ := d.global.Get("test_slots")
 		d.test, err = startTestService(in, int(tp), int(slots))
@@ -488,6 +489,7 @@ func (d *Daemon) setGlobal(name, value string) error {
 	rc := d.routerConfig()
 	d.mu.Unlock()
 	d.in.SetGlobals(g)
+	d.applyDiscovery()
 	if section != "global" {
 		d.in.SetRouter(rc)
 	}

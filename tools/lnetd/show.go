@@ -203,6 +203,12 @@ func (d *Daemon) Handle(ctx context.Context, op string, raw json.RawMessage) (an
 		}
 		return ImportResult{Errors: d.Import(a.Config, a.Del)}, nil
 	}
+	if strings.HasPrefix(op, "fault.") { // fault.go
+		return d.handleFault(op, raw)
+	}
+	if op == "discover" { // fault.go
+		return d.opDiscover(ctx, raw)
+	}
 	if op == selftest.ProxyOp && d.st != nil { // softib lst's console RPCs
 		r, err := d.st.ProxyCall(ctx, raw)
 		if err != nil {

@@ -1,0 +1,175 @@
+package lnet_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"softib/lnet"
+	"softib/lnet/lnd"
+	"softib/lnet/lnd/lndtest"
+	"softib/wire/lnetwire"
+)
+
+// discoveryPair is A (tcp) and B (tcp and tcp1) on one in-memory network
+// per net; A has no tcp1 NI, so B's tcp1 NID is known to A only through
+// discovery.
+func discoveryPair(t *testing.T) (a, b *lnet.Instance, nidB2 lnetwire.NID) {
+	n := lndtest.New(lnetwire.SOCKLND)
+	a = newInstance(t, n, nidA, lnd.Tunables{})
+	b = newInstance(t, n, nidB, lnd.Tunables{})
+	nidB2 = lnetwire.MustParseNID("10.0.1.2@tcp1")
+	if err := b.AddNet(lnet.NetConfig{Net: nidB2.Net(), Addr: nidB2.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	return a, b, nidB2
+}
+
+// TestDiscoveryStateMachine: a round pings, merges, pushes; the peer's
+// state bits say so afterwards (DISCOVERED | NIDS_UPTODATE | MULTI_RAIL,
+// no DISCOVERING/PING_SENT/PUSH_SENT); B got A's push and knows A as a
+// discovered Multi-Rail peer; a second discover without force sends no
+// push (B has A's buffer), with force it does.
+func TestDiscoveryStateMachine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b, nidB2 := discoveryPair(t)
+		if !a.DiscoveryEnabled() {
+			t.Fatal("discovery is off by default")
+		}
+		r, err := a.Discover(context.Background(), nidB, false)
+		if err != nil || r.Primary != nidB || !r.MultiRail || len(r.NIDs) != 2 || r.NIDs[1] != nidB2 {
+			t.Fatalf("discover %+v %v", r, err)
+		}
+		want := lnet.PeerDiscovered | lnet.PeerNIDsUptodate | lnet.PeerMultiRail
+		busy := lnet.PeerDiscovering | lnet.PeerPingSent | lnet.PeerPushSent | lnet.PeerPingFailed | lnet.PeerPushFailed
+		st, lastErr, ok := a.PeerDiscoveryState(nidB2)
+		if !ok || st&want != want || st&busy != 0 || lastErr != nil {
+			t.Fatalf("state %#x (%v) %v", st, ok, lastErr)
+		}
+		synctest.Wait()
+		if s := a.DiscoveryStats(); s.Rounds != 1 || s.PushesSent != 1 {
+			t.Fatalf("A stats %+v", s)
+		}
+		if s := b.DiscoveryStats(); s.PushesReceived != 1 {
+			t.Fatalf("B stats %+v", s)
+		}
+		if p, ok := b.PeerOf(nidA); !ok || !p.MultiRail || p.State&lnet.PeerDiscovered == 0 {
+			t.Fatalf("B's peer A: %+v %v", p, ok)
+		}
+		if _, err := a.Discover(context.Background(), nidB, false); err != nil {
+			t.Fatal(err)
+		}
+		if s := a.DiscoveryStats(); s.Rounds != 2 || s.PushesSent != 1 {
+			t.Fatalf("second round pushed again: %+v", s)
+		}
+		if _, err := a.Discover(context.Background(), nidB, true); err != nil {
+			t.Fatal(err)
+		}
+		if s := a.DiscoveryStats(); s.PushesSent != 2 {
+			t.Fatalf("forced round did not push: %+v", s)
+		}
+		// PrimaryNID of the secondary: up to date, no new round.
+		if p := a.PrimaryNID(nidB2); p != nidB {
+			t.Fatalf("PrimaryNID(%v) = %v", nidB2, p)
+		}
+		if s := a.DiscoveryStats(); s.Rounds != 3 {
+			t.Fatalf("PrimaryNID of an up-to-date peer ran a round: %+v", s)
+		}
+	})
+}
+
+// TestDiscoveryPushOnNIChange: when B's NIs change it pushes its new
+// buffer to the Multi-Rail peers that have its old one; A's peer follows
+// (the NID goes, then comes back).
+func TestDiscoveryPushOnNIChange(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b, nidB2 := discoveryPair(t)
+		if _, err := b.Discover(context.Background(), nidA, false); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Discover(context.Background(), nidB, false); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.DelNet(nidB2.Net()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if p, ok := a.PeerOf(nidB); !ok || len(p.NIs) != 1 {
+			t.Fatalf("after B's DelNet: %+v", p)
+		}
+		if err := b.AddNet(lnet.NetConfig{Net: nidB2.Net(), Addr: nidB2.Addr()}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if p, ok := a.PeerOf(nidB2); !ok || p.Primary != nidB || len(p.NIs) != 2 {
+			t.Fatalf("after B's AddNet: %+v %v", p, ok)
+		}
+		if s := b.DiscoveryStats(); s.PushesSent < 2 || s.PushesFailed != 0 {
+			t.Fatalf("B stats %+v", s)
+		}
+	})
+}
+
+// TestDiscoveryOff: with discovery off nothing is sent, the peer stays
+// non-Multi-Rail with the NID it is known by, PrimaryNID answers without
+// discovery, and the ping buffer drops the DISCOVERY bit (Multi-Rail
+// stays, as Lustre's). A failed ping fails the round with PING_FAILED.
+func TestDiscoveryOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b, nidB2 := discoveryPair(t)
+		a.SetDiscovery(false)
+		r, err := a.Discover(context.Background(), nidB, false)
+		if err != nil || r.MultiRail || len(r.NIDs) != 1 {
+			t.Fatalf("discover with discovery off: %+v %v", r, err)
+		}
+		if p := a.PrimaryNID(nidB2); p != nidB2 {
+			t.Fatalf("PrimaryNID with discovery off = %v", p)
+		}
+		if s := a.DiscoveryStats(); s.Rounds != 0 {
+			t.Fatalf("rounds ran: %+v", s)
+		}
+		res, err := b.Ping(context.Background(), lnetwire.ProcessID{NID: nidA, PID: lnetwire.PIDAny}, time.Second)
+		if err != nil || res.Features&lnetwire.PingFeatDiscovery != 0 || res.Features&lnetwire.PingFeatMultiRail == 0 {
+			t.Fatalf("A's ping buffer: %#x %v", res.Features, err)
+		}
+		a.SetDiscovery(true)
+		// An unreachable NID: the round fails.
+		dead := lnetwire.MustParseNID("10.0.0.99@tcp")
+		if _, err := a.Discover(context.Background(), dead, false); err == nil {
+			t.Fatal("discovery of a dead NID succeeded")
+		}
+		st, lastErr, ok := a.PeerDiscoveryState(dead)
+		if !ok || st&lnet.PeerPingFailed == 0 || st&lnet.PeerDiscovering != 0 || lastErr == nil {
+			t.Fatalf("dead peer state %#x %v %v", st, lastErr, ok)
+		}
+		if _, err := a.Discover(context.Background(), lnetwire.NIDAny, false); !errors.Is(err, lnet.ErrInvalid) {
+			t.Fatalf("discover NIDAny: %v", err)
+		}
+	})
+}
+
+// TestPushFromNonMRDropped: a push whose buffer lacks the Multi-Rail bit
+// is dropped and counted, as Lustre's lnet_peer_push_event does.
+func TestPushFromNonMRDropped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPair(t, lnd.Tunables{})
+		info := lnetwire.PingInfo{Features: lnetwire.PingFeatNIStatus, PID: 12345, NIs: []lnetwire.PingNI{
+			{NID: lnetwire.NIDLo0, Status: 1}, {NID: nidA, Status: lnetwire.PingStatusUp}}}
+		h, err := p.a.MDBind(lnet.MD{Start: info.Append(nil), Threshold: 2, EQ: p.eqA}, lnet.AutoUnlink)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.a.Put(lnetwire.NIDAny, h, lnet.AckReqYes, p.idB(), lnet.ReservedPortal, lnetwire.PingMatchBits, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if s := p.b.DiscoveryStats(); s.PushesDropped != 1 || s.PushesReceived != 0 {
+			t.Fatalf("B stats %+v", s)
+		}
+		if pd, ok := p.b.PeerOf(nidA); ok && pd.MultiRail {
+			t.Fatalf("a non-MR push made A Multi-Rail: %+v", pd)
+		}
+	})
+}

@@ -52,6 +52,9 @@ type tx struct {
 	cookie uint64
 	conn   *conn
 	refs   atomic.Int32
+	// kept is a forwarded payload to splice from (keep_linux.go), taken
+	// off the message by the writer.
+	kept *keptPayload
 }
 
 func (d *Driver) getTx() *tx {
@@ -64,7 +67,7 @@ func (d *Driver) getTx() *tx {
 }
 
 func (d *Driver) putTx(t *tx) {
-	t.msg, t.conn, t.cookie, t.nob, t.deadline = nil, nil, 0, 0, time.Time{}
+	t.msg, t.conn, t.cookie, t.nob, t.deadline, t.kept = nil, nil, 0, 0, time.Time{}, nil
 	select {
 	case d.txPool <- t:
 	default:
@@ -337,12 +340,17 @@ func (c *conn) writer() {
 func (c *conn) flush(batch []*tx, ping bool) error {
 	d := c.d
 	v1 := c.version == lnetwire.SockProtoV1
+	for _, t := range batch {
+		t.kept = d.takeKept(t.msg)
+	}
 	// Register zero-copy requests before the bytes leave: the ACK may
-	// come back before Write returns.
+	// come back before Write returns. A kept payload asks none: splice
+	// hands its pages to the socket by reference, which the kernel
+	// counts, so nothing waits for the peer before it can be reused.
 	c.zcTx = c.zcTx[:0]
 	if !v1 && !d.cfg.DisableZCRequest {
 		for _, t := range batch {
-			if t.msg != nil && t.msg.Payload.Len >= d.cfg.ZCMinPayload {
+			if t.msg != nil && t.kept == nil && t.msg.Payload.Len >= d.cfg.ZCMinPayload {
 				c.zcTx = append(c.zcTx, t)
 			}
 		}
@@ -397,8 +405,9 @@ func (c *conn) flush(batch []*tx, ping bool) error {
 		} else {
 			c.iov = append(c.iov, t.buf[:])
 		}
-		if p := d.takeKept(t.msg); p != nil {
-			c.splices = append(c.splices, spliceAt{at: len(c.iov), p: p})
+		if t.kept != nil {
+			c.splices = append(c.splices, spliceAt{at: len(c.iov), p: t.kept})
+			t.kept = nil
 		} else {
 			c.iov = t.msg.Payload.AppendBuffers(c.iov)
 		}

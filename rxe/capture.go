@@ -1,6 +1,7 @@
 package rxe
 
 import (
+	"io"
 	"net/netip"
 	"sync"
 	"time"
@@ -20,24 +21,30 @@ import (
 // ICRC covers, so a capture's ICRCs check out: 0 for what softib sends,
 // the ID solved from the ICRC for what a kernel rxe peer sent.
 //
+// The file header is the first Write; each record after it is exactly
+// one Write, so that several devices can share a file (tools/devsel
+// drops the later devices' headers).
+//
 // A device without a capture has a nil capturer: the data path pays one
 // nil check per batch.
 type capturer struct {
-	w *pcap.Writer
+	w io.Writer
 
-	mu  sync.Mutex // guards the fields below
-	buf []byte     // the frame being written
-	enc encapCache // headers of the last flow seen
+	mu    sync.Mutex // guards the fields below
+	frame []byte     // the IP packet being written
+	rec   []byte     // its pcap record
+	enc   encapCache // headers of the last flow seen
 
 	errs stats.Counter // records the writer failed to take
 }
 
 func newCapturer(d *Device) (*capturer, error) {
-	w, err := pcap.NewWriter(d.cfg.Capture, pcap.LinkTypeRaw)
-	if err != nil {
+	w := d.cfg.Capture
+	if _, err := w.Write(pcap.AppendFileHeader(nil, pcap.LinkTypeRaw)); err != nil {
 		return nil, err
 	}
-	return &capturer{w: w, buf: make([]byte, 0, pktBufSize+roce.IPv6HeaderLen+roce.UDPHeaderLen)}, nil
+	const maxFrame = pktBufSize + roce.IPv6HeaderLen + roce.UDPHeaderLen
+	return &capturer{w: w, frame: make([]byte, 0, maxFrame), rec: make([]byte, 0, maxFrame+32)}, nil
 }
 
 // sent records msgs, which left from src.
@@ -80,8 +87,9 @@ func (c *capturer) write(now time.Time, src, dst netip.AddrPort, pkt []byte, rx 
 			e.SetIPv4ID(id)
 		}
 	}
-	c.buf = e.AppendFrame(c.buf[:0], pkt)
-	if err := c.w.WritePacket(now, c.buf); err != nil {
+	c.frame = e.AppendFrame(c.frame[:0], pkt)
+	c.rec = pcap.AppendRecord(c.rec[:0], now, c.frame)
+	if _, err := c.w.Write(c.rec); err != nil {
 		c.errs.Inc()
 	}
 }

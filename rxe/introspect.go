@@ -55,6 +55,9 @@ func (d *Device) Counters() []Counter {
 	for k, v := range m {
 		own = append(own, Counter{SnakeCase(k), v})
 	}
+	if d.capture != nil {
+		own = append(own, Counter{"capture_err", d.capture.errs.Load()})
+	}
 	sort.Slice(own, func(i, j int) bool { return own[i].Name < own[j].Name })
 	return append(out, own...)
 }

@@ -44,8 +44,9 @@ type DeviceConfig struct {
 	// Capture, when set, receives a pcap capture file (link type raw
 	// IP) of every RoCEv2 packet the device sends and receives, one
 	// record per packet, with the IP and UDP headers synthesised (a
-	// UDP socket shows neither). It is written synchronously from the
-	// data path: buffer it (bufio) and flush it after Close.
+	// UDP socket shows neither). The file header is the first Write,
+	// each record one Write after it. It is written synchronously from
+	// the data path: buffer it (bufio) and flush it after Close.
 	Capture io.Writer
 }
 

@@ -54,15 +54,44 @@ type Writer struct {
 // NewWriter writes the file header to w and returns a Writer.
 func NewWriter(w io.Writer, lt LinkType) (*Writer, error) {
 	var h [fileHdrLen]byte
+	if _, err := w.Write(AppendFileHeader(h[:0], lt)); err != nil {
+		return nil, err
+	}
+	return &Writer{w: w}, nil
+}
+
+// FileHeaderLen is the length of a pcap file header.
+const FileHeaderLen = fileHdrLen
+
+// AppendFileHeader appends a file header (microsecond timestamps, the
+// default snap length, link type lt) to dst.
+func AppendFileHeader(dst []byte, lt LinkType) []byte {
+	var h [fileHdrLen]byte
 	binary.LittleEndian.PutUint32(h[0:], magicMicro)
 	binary.LittleEndian.PutUint16(h[4:], 2)
 	binary.LittleEndian.PutUint16(h[6:], 4)
 	binary.LittleEndian.PutUint32(h[16:], DefaultSnapLen)
 	binary.LittleEndian.PutUint32(h[20:], uint32(lt))
-	if _, err := w.Write(h[:]); err != nil {
-		return nil, err
+	return append(dst, h[:]...)
+}
+
+// AppendRecord appends one record (header and data) with timestamp ts to
+// dst, for writers that must hand a record to their io.Writer in one
+// Write call (so that several sources can share one file). Data longer
+// than the snap length is truncated; the original length is kept.
+func AppendRecord(dst []byte, ts time.Time, data []byte) []byte {
+	orig := len(data)
+	if len(data) > DefaultSnapLen {
+		data = data[:DefaultSnapLen]
 	}
-	return &Writer{w: w}, nil
+	us := ts.UnixMicro()
+	var h [recHdrLen]byte
+	binary.LittleEndian.PutUint32(h[0:], uint32(us/1e6))
+	binary.LittleEndian.PutUint32(h[4:], uint32(us%1e6))
+	binary.LittleEndian.PutUint32(h[8:], uint32(len(data)))
+	binary.LittleEndian.PutUint32(h[12:], uint32(orig))
+	dst = append(dst, h[:]...)
+	return append(dst, data...)
 }
 
 // WritePacket appends one record with timestamp ts. Data longer than the

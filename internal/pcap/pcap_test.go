@@ -131,3 +131,27 @@ func TestReadFileEthernet(t *testing.T) {
 		t.Error("missing file")
 	}
 }
+
+// TestAppendRecord writes a file from AppendFileHeader and AppendRecord
+// and reads it back, and checks that the append helpers allocate nothing
+// into a buffer with room.
+func TestAppendRecord(t *testing.T) {
+	ts := time.Unix(1700000000, 123456000)
+	b := pcap.AppendFileHeader(nil, pcap.LinkTypeRaw)
+	b = pcap.AppendRecord(b, ts, []byte{1, 2, 3})
+	b = pcap.AppendRecord(b, ts, []byte{4})
+	r, err := pcap.NewReader(bytes.NewReader(b))
+	if err != nil || r.LinkType() != pcap.LinkTypeRaw {
+		t.Fatalf("reader: %v, link type %d", err, r.LinkType())
+	}
+	for _, want := range [][]byte{{1, 2, 3}, {4}} {
+		rec, err := r.Next()
+		if err != nil || !bytes.Equal(rec.Data, want) || !rec.Time.Equal(ts) || rec.OrigLen != len(want) {
+			t.Fatalf("record %+v, %v; want %v at %v", rec, err, want, ts)
+		}
+	}
+	buf := make([]byte, 0, 64)
+	if n := testing.AllocsPerRun(100, func() { buf = pcap.AppendRecord(buf[:0], ts, []byte{1, 2}) }); n != 0 {
+		t.Errorf("AppendRecord: %v allocations", n)
+	}
+}

@@ -199,7 +199,7 @@ func (o *Options) Open() (verbs.Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := observeConfig(&cfg); err != nil {
+	if err := CaptureConfig(&cfg); err != nil {
 		return nil, err
 	}
 	dev, err := verbs.Open(cfg)

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"softib/internal/pcap"
 	"softib/tools/metrics"
 	"softib/tools/stat"
 	"softib/verbs"
@@ -30,7 +31,7 @@ type observer struct {
 	f      *os.File
 	bw     *bufio.Writer // guarded by mu (lockedWriter)
 	stop   chan struct{} // ends the flusher
-	pcapOn bool          // a device already captures into the file
+	header bool          // the file has its header
 
 	exp     *metrics.Exporter
 	servers []*stat.Server
@@ -47,56 +48,78 @@ func RegisterObserve(fs *flag.FlagSet) {
 	}
 }
 
-// lockedWriter serialises the capture's writes with the flusher.
-type lockedWriter struct{ o *observer }
-
-func (w lockedWriter) Write(p []byte) (int, error) {
-	w.o.mu.Lock()
-	defer w.o.mu.Unlock()
-	if w.o.bw == nil {
-		return 0, os.ErrClosed // after FinishObserve
-	}
-	return w.o.bw.Write(p)
+// lockedWriter is one device's view of the shared capture file: it
+// serialises the devices' records (each one Write, see
+// verbs.DeviceConfig.Capture) with the flusher, and lets only the first
+// file header through.
+type lockedWriter struct {
+	o       *observer
+	started bool // this device wrote (or dropped) its header
 }
 
-// observeConfig sets cfg.Capture when --pcap was given. One capture file
-// takes one device: a second device of the process is refused (its
-// records would need a second file header).
-func observeConfig(cfg *verbs.DeviceConfig) error {
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	o := w.o
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.bw == nil {
+		return 0, os.ErrClosed // after FinishObserve
+	}
+	if !w.started {
+		w.started = true
+		if len(p) == pcap.FileHeaderLen && o.header {
+			return len(p), nil
+		}
+		o.header = true
+	}
+	return o.bw.Write(p)
+}
+
+// CaptureConfig sets cfg.Capture when --pcap was given (Options.Open
+// calls it; tools that open devices themselves call it before Open).
+// The process's devices share the file: the first creates it.
+func CaptureConfig(cfg *verbs.DeviceConfig) error {
 	o := &obs
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.pcapPath == "" {
 		return nil
 	}
-	if o.pcapOn {
-		return fmt.Errorf("--pcap %s already captures this process's first device; a second device cannot share the file", o.pcapPath)
-	}
-	f, err := os.Create(o.pcapPath)
-	if err != nil {
-		return fmt.Errorf("--pcap: %w", err)
-	}
-	o.f, o.bw, o.stop, o.pcapOn = f, bufio.NewWriterSize(f, 256<<10), make(chan struct{}), true
-	// Flush now and then, so that a capture of a process that is
-	// killed, or of one that runs for days, can be read meanwhile.
-	go func(stop chan struct{}) {
-		t := time.NewTicker(200 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				o.mu.Lock()
-				if o.bw != nil {
-					o.bw.Flush()
-				}
-				o.mu.Unlock()
-			}
+	if o.f == nil {
+		f, err := os.Create(o.pcapPath)
+		if err != nil {
+			return fmt.Errorf("--pcap: %w", err)
 		}
-	}(o.stop)
-	cfg.Capture = lockedWriter{o}
+		o.f, o.bw, o.stop = f, bufio.NewWriterSize(f, 256<<10), make(chan struct{})
+		// Flush now and then, so that a capture of a process that is
+		// killed, or of one that runs for days, can be read meanwhile.
+		go o.flusher(o.stop)
+	}
+	cfg.Capture = &lockedWriter{o: o}
 	return nil
+}
+
+func (o *observer) flusher(stop chan struct{}) {
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			o.mu.Lock()
+			if o.bw != nil {
+				o.bw.Flush()
+			}
+			o.mu.Unlock()
+		}
+	}
+}
+
+// SetPcapPath sets --pcap for tools with their own flag parsing (lnetd).
+func SetPcapPath(path string) {
+	obs.mu.Lock()
+	obs.pcapPath = path
+	obs.mu.Unlock()
 }
 
 // Observe publishes dev on its control socket and, with --metrics,
@@ -172,6 +195,6 @@ func FinishObserve() error {
 	}
 	close(o.stop)
 	err := errors.Join(o.bw.Flush(), o.f.Close())
-	o.f, o.bw = nil, nil
+	o.f, o.bw, o.header = nil, nil, false
 	return err
 }

@@ -91,7 +91,7 @@ func runRping(args []string) int {
 	if err := m.AddDevice(d); err != nil {
 		return fail(name, err)
 	}
-	cfg.Out, cfg.Err = os.Stdout, os.Stderr
+	cfg.Out, cfg.Err, cfg.Progress = os.Stdout, os.Stderr, os.Stderr
 	ctx, cancel := toolContext()
 	defer cancel()
 	if _, err := rping.Run(ctx, m, cfg); err != nil {

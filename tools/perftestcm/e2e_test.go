@@ -130,3 +130,36 @@ func TestNoServer(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 }
+
+// TestClientNoServerCM is `perf -R` against a server without -R: its
+// device runs no CM, so the client's REQs go unanswered. The client
+// reports its wait and fails after the CM's timeout, naming the causes.
+func TestClientNoServerCM(t *testing.T) {
+	ds, _ := openDev(t) // a device, no CM: a perftest server without -R
+	dc, _ := openDev(t)
+	cmCfg := rdmacm.Config{PacketLifeTime: 12, ResponseTimeout: 14, MaxCMRetries: 2} // 3 REQs 100 ms apart
+	var progress bytes.Buffer
+	var mu sync.Mutex
+	cfg := perftest.Config{Test: perftest.WriteBW, Iters: 10, RDMACM: true, GIDIndex: -1,
+		TCPPort: 18515 + int(port.Add(1)), Host: serverHost(t, ds), Out: &bytes.Buffer{},
+		CM: &perftestcm.Hook{CM: cmCfg, ConnectRetries: 1, Progress: writerFunc(func(p []byte) (int, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return progress.Write(p)
+		})}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // hang guard
+	defer cancel()
+	_, err := perftest.Run(ctx, dc, cfg)
+	if err == nil || !strings.Contains(err.Error(), "no RDMA CM reply from") || !strings.Contains(err.Error(), "without -R") {
+		t.Fatalf("error %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(progress.String(), "perf: no RDMA CM reply from") {
+		t.Fatalf("no progress lines: %q", progress.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

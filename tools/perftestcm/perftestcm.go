@@ -24,9 +24,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
 	"softib/rdmacm"
@@ -45,6 +47,9 @@ type Hook struct {
 	ConnectRetries int
 	// OnListen, if set, is called when a server's control listener is up.
 	OnListen func(netip.AddrPort)
+	// Progress, if set, receives a line every few seconds while a
+	// client's connect waits for the server's CM (prefix "perf").
+	Progress io.Writer
 }
 
 // Errors; test with errors.Is.
@@ -242,9 +247,15 @@ func (c *Ctrl) dial(ctx context.Context, h *Hook, cfg *perftest.Config) error {
 		if err := id.Connect(ctrlParam()); err != nil {
 			return fmt.Errorf("%w: rdma_connect: %w", ErrConnect, err)
 		}
+		timeout := rdmautil.CMConnectTimeout(h.CM)
+		stop := rdmautil.CMProgress(h.Progress, "perf", dst.Addr(), timeout)
 		ev, err := c.expect(c.ch, rdmacm.EventEstablished)
+		stop()
 		if err == nil {
 			return nil
+		}
+		if ev != nil && ev.Type == rdmacm.EventUnreachable && ev.Status == -int(syscall.ETIMEDOUT) {
+			return fmt.Errorf("couldn't connect to %v: %s: %w", dst, rdmautil.CMNoReplyHint(dst.Addr(), timeout), err)
 		}
 		if ev == nil || ev.Type != rdmacm.EventRejected || try >= h.retries() {
 			return fmt.Errorf("couldn't connect to %v (is the server running?): %w", dst, err)

@@ -14,6 +14,7 @@ import (
 
 	"softib/rdmacm"
 	"softib/rxe"
+	"softib/tools/internal/rdmautil"
 	"softib/tools/rping"
 	"softib/verbs"
 )
@@ -247,4 +248,31 @@ func benchNode(b *testing.B) (*rdmacm.Manager, netip.Addr) {
 	}
 	b.Cleanup(func() { m.Close(); d.Close() })
 	return m, a
+}
+
+// TestClientNoPeerCM: a client whose server address has no device (or no
+// CM) reports its wait while the CM resends, and fails after the CM's
+// timeout naming the likely causes.
+func TestClientNoPeerCM(t *testing.T) {
+	a := loopAddr()
+	d, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: a}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A short CM timeout: 3 REQs 100 ms apart.
+	cmCfg := rdmacm.Config{PacketLifeTime: 12, ResponseTimeout: 14, MaxCMRetries: 2}
+	m := rdmacm.NewManager(cmCfg)
+	if err := m.AddDevice(d); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close(); d.Close() })
+	var progress syncBuf
+	_, err = rping.Run(t.Context(), m, rping.Config{Addr: loopAddr(), Source: a, Count: 1,
+		Progress: &progress, CMTimeout: rdmautil.CMConnectTimeout(cmCfg)})
+	if err == nil || !strings.Contains(err.Error(), "no RDMA CM reply from") || !strings.Contains(err.Error(), "no softib or rxe device") {
+		t.Fatalf("error %v", err)
+	}
+	if !strings.Contains(progress.String(), "rping: no RDMA CM reply from") {
+		t.Fatalf("no progress lines: %q", progress.String())
+	}
 }

@@ -24,6 +24,7 @@ import (
 	"io"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
 	"softib/rdmacm"
@@ -57,6 +58,13 @@ type Config struct {
 	SelfQP bool
 	// Out and Err receive rping's stdout and stderr lines (nil: discard).
 	Out, Err io.Writer
+	// Progress, if set, receives a line every few seconds while the
+	// client's connect waits for the server's CM.
+	Progress io.Writer
+	// CMTimeout is how long the manager's CM waits for a reply to a
+	// connect (0: rdmacm's default, about 74 s); progress lines and the
+	// no-reply message quote it.
+	CMTimeout time.Duration
 	// Ready, if set, is called with the listening address once the
 	// server listens.
 	Ready func(netip.AddrPort)
@@ -201,6 +209,7 @@ type conn struct {
 	cq      verbs.CQ
 	qp      verbs.QP
 	ownQP   bool // -q: created here, destroyed here
+	noReply bool // the connect ended with UNREACHABLE -ETIMEDOUT: no CM answered
 	recvMR  verbs.MR
 	sendMR  verbs.MR
 	rdmaMR  verbs.MR
@@ -662,8 +671,18 @@ func (s *session) client(ctx context.Context) (Result, error) {
 	if c.ownQP {
 		want = rdmacm.EventConnectResponse
 	}
-	if err := c.expectCM(ctx, want); err != nil {
+	timeout := s.cfg.CMTimeout
+	if timeout == 0 {
+		timeout = rdmautil.CMConnectTimeout(rdmacm.Config{})
+	}
+	stop := rdmautil.CMProgress(s.cfg.Progress, "rping", s.cfg.Addr, timeout)
+	err = c.expectCM(ctx, want)
+	stop()
+	if err != nil {
 		s.printf(s.cfg.Err, "connect error %d\n", -1)
+		if c.noReply {
+			return Result{}, fmt.Errorf("%s: %w", rdmautil.CMNoReplyHint(s.cfg.Addr, timeout), err)
+		}
 		return Result{}, err
 	}
 	if c.ownQP {
@@ -702,6 +721,7 @@ func (c *conn) expectCM(ctx context.Context, want rdmacm.EventType) error {
 				}
 				return nil
 			}
+			c.noReply = n.cm.Type == rdmacm.EventUnreachable && n.cm.Status == -int(syscall.ETIMEDOUT)
 			return cmFailure(c.s, n.cm)
 		case <-ctx.Done():
 			return ctx.Err()

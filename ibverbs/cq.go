@@ -93,7 +93,7 @@ func (c *cq) Poll(wcs []verbs.WC) (int, error) {
 		src := unsafe.Slice(c.out, got)
 		for i := range src {
 			s := &src[i]
-			if c.drains.Load() > 0 && uint64(s.wr_id) == drainMarker && c.dev.drainDone(uint32(s.qp_num)) {
+			if c.drains.Load() > 0 && (uint64(s.wr_id) == drainMarker || uint64(s.wr_id) == drainRecvMarker) && c.dev.drainDone(uint32(s.qp_num), uint64(s.wr_id)) {
 				continue
 			}
 			wcs[n] = verbs.WC{

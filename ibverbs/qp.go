@@ -23,6 +23,9 @@ const postChunk = 32
 // everything else; Poll consumes their flush completions.
 const drainMarker = 0xd7a1_5eed_d7a1_5eed
 
+// drainRecvMarker is the receive queue's marker.
+const drainRecvMarker = drainMarker + 1
+
 // drainTimeout bounds Drain: the markers complete only while the QP's CQs
 // are polled (by the application, a CQWorker or a completion handler).
 const drainTimeout = 30 * time.Second
@@ -33,6 +36,7 @@ type sendStage struct {
 	sge    *C.struct_ibv_sge
 	wrs    *C.struct_ibv_send_wr
 	inl    *C.uint8_t
+	bad    *C.int // in C memory: a Go variable whose address cgo sees escapes
 	maxSGE int
 	maxInl int
 }
@@ -44,6 +48,7 @@ func (s *sendStage) init(maxSGE, maxInl int) {
 	s.sge = (*C.struct_ibv_sge)(C.calloc(C.size_t(postChunk*maxSGE), C.size_t(unsafe.Sizeof(C.struct_ibv_sge{}))))
 	s.wrs = (*C.struct_ibv_send_wr)(C.calloc(postChunk, C.size_t(unsafe.Sizeof(C.struct_ibv_send_wr{}))))
 	s.inl = (*C.uint8_t)(C.calloc(C.size_t(postChunk*max(maxInl, 1)), 1))
+	s.bad = (*C.int)(C.calloc(1, C.size_t(unsafe.Sizeof(C.int(0)))))
 }
 
 func (s *sendStage) free() {
@@ -51,6 +56,7 @@ func (s *sendStage) free() {
 	C.free(unsafe.Pointer(s.sge))
 	C.free(unsafe.Pointer(s.wrs))
 	C.free(unsafe.Pointer(s.inl))
+	C.free(unsafe.Pointer(s.bad))
 	*s = sendStage{}
 }
 
@@ -116,10 +122,9 @@ func (s *sendStage) post(q *C.struct_ibv_qp, ud bool, wrs []verbs.SendWR) (int, 
 			}
 			d.num_sge = C.uint32_t(len(w.SGL))
 		}
-		var bad C.int
-		rc := C.sib_post_send(q, s.swr, C.int(n), s.sge, s.wrs, &bad)
+		rc := C.sib_post_send(q, s.swr, C.int(n), s.sge, s.wrs, s.bad)
 		if rc != 0 {
-			return done + int(bad), rcErr(rc, "ibverbs: post send")
+			return done + int(*s.bad), rcErr(rc, "ibverbs: post send")
 		}
 		done += n
 	}
@@ -131,6 +136,7 @@ type recvStage struct {
 	rwr    *C.sib_rwr
 	sge    *C.struct_ibv_sge
 	wrs    *C.struct_ibv_recv_wr
+	bad    *C.int
 	maxSGE int
 }
 
@@ -140,12 +146,14 @@ func (r *recvStage) init(maxSGE int) {
 	r.rwr = (*C.sib_rwr)(C.calloc(postChunk, C.size_t(unsafe.Sizeof(C.sib_rwr{}))))
 	r.sge = (*C.struct_ibv_sge)(C.calloc(C.size_t(postChunk*maxSGE), C.size_t(unsafe.Sizeof(C.struct_ibv_sge{}))))
 	r.wrs = (*C.struct_ibv_recv_wr)(C.calloc(postChunk, C.size_t(unsafe.Sizeof(C.struct_ibv_recv_wr{}))))
+	r.bad = (*C.int)(C.calloc(1, C.size_t(unsafe.Sizeof(C.int(0)))))
 }
 
 func (r *recvStage) free() {
 	C.free(unsafe.Pointer(r.rwr))
 	C.free(unsafe.Pointer(r.sge))
 	C.free(unsafe.Pointer(r.wrs))
+	C.free(unsafe.Pointer(r.bad))
 	*r = recvStage{}
 }
 
@@ -170,10 +178,9 @@ func (r *recvStage) post(q *C.struct_ibv_qp, s *C.struct_ibv_srq, wrs []verbs.Re
 				so++
 			}
 		}
-		var bad C.int
-		rc := C.sib_post_recv(q, s, r.rwr, C.int(n), r.sge, r.wrs, &bad)
+		rc := C.sib_post_recv(q, s, r.rwr, C.int(n), r.sge, r.wrs, r.bad)
 		if rc != 0 {
-			return done + int(bad), rcErr(rc, "ibverbs: post recv")
+			return done + int(*r.bad), rcErr(rc, "ibverbs: post recv")
 		}
 		done += n
 	}
@@ -199,7 +206,7 @@ type qp struct {
 
 	mu    sync.Mutex // guards dead and drain
 	dead  bool
-	drain chan struct{}
+	drain chan uint64 // receives the wr_id of each marker's completion
 }
 
 func (p *pd) CreateQP(attr *verbs.QPInitAttr) (verbs.QP, error) {
@@ -359,23 +366,37 @@ func (q *qp) PostRecv(wrs []verbs.RecvWR) (int, error) {
 }
 
 // Drain moves the QP to ERR and waits until every outstanding work request
-// has completed, like ib_drain_qp: it posts a marker behind the send queue
-// (and the receive queue) and waits for their flush completions, which Poll
-// consumes. The QP's CQs must be polled meanwhile.
+// has completed, like ib_drain_qp: markers behind the send and receive
+// queues complete last, and Poll consumes their completions. The QP's CQs
+// must be polled meanwhile.
+//
+// Both markers are posted before the move to ERR (the send marker is a
+// signaled zero-length RDMA WRITE, which needs no remote key): Linux 6.1's
+// rdma_rxe flushes both queues when the QP enters ERR but completes
+// nothing posted afterwards. The receive marker sits behind every posted
+// receive, so an incoming message takes it only when it would otherwise
+// have found no receive; its completion counts whatever its status.
 func (q *qp) Drain() error {
 	if q.typ == verbs.QPTypeUD {
 		return fmt.Errorf("%w: Drain of a UD QP on the ibverbs provider", verbs.ErrNotSupported)
 	}
-	if q.State() != verbs.QPStateErr {
-		if err := q.Modify(&verbs.QPAttr{State: verbs.QPStateErr}, verbs.QPAttrState); err != nil {
-			return err
-		}
+	st := q.State()
+	want := 0
+	if st == verbs.QPStateReset {
+		// Nothing is outstanding in RESET.
+		return q.Modify(&verbs.QPAttr{State: verbs.QPStateErr}, verbs.QPAttrState)
 	}
-	want := 1
-	if q.srq == nil {
-		want = 2
+	// In ERR already, the queues were flushed when the QP entered it.
+	// Sends can be posted from RTS on, receives from INIT on.
+	sendMarker := st == verbs.QPStateRTS || st == verbs.QPStateSQD || st == verbs.QPStateSQE
+	recvMarker := st != verbs.QPStateErr && q.srq == nil
+	if sendMarker {
+		want++
 	}
-	ch := make(chan struct{}, want)
+	if recvMarker {
+		want++
+	}
+	ch := make(chan uint64, want)
 	q.mu.Lock()
 	q.drain = ch
 	q.mu.Unlock()
@@ -384,25 +405,34 @@ func (q *qp) Drain() error {
 		q.drain = nil
 		q.mu.Unlock()
 	}()
-	q.scq.drains.Add(1)
-	defer q.scq.drains.Add(-1)
-	if _, err := q.PostSend([]verbs.SendWR{{ID: drainMarker, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled}}); err != nil {
-		return err
+	if sendMarker {
+		q.scq.drains.Add(1)
+		defer q.scq.drains.Add(-1)
+		if _, err := q.PostSend([]verbs.SendWR{{ID: drainMarker, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled}}); err != nil {
+			return err
+		}
 	}
-	if q.srq == nil {
+	if recvMarker {
 		q.rcq.drains.Add(1)
 		defer q.rcq.drains.Add(-1)
-		if _, err := q.PostRecv([]verbs.RecvWR{{ID: drainMarker}}); err != nil {
+		if _, err := q.PostRecv([]verbs.RecvWR{{ID: drainRecvMarker}}); err != nil {
+			return err
+		}
+	}
+	if st != verbs.QPStateErr {
+		if err := q.Modify(&verbs.QPAttr{State: verbs.QPStateErr}, verbs.QPAttrState); err != nil {
 			return err
 		}
 	}
 	deadline := time.NewTimer(drainTimeout)
 	defer deadline.Stop()
+	var seen []string
 	for i := 0; i < want; i++ {
 		select {
-		case <-ch:
+		case id := <-ch:
+			seen = append(seen, map[uint64]string{drainMarker: "send", drainRecvMarker: "recv"}[id])
 		case <-deadline.C:
-			return fmt.Errorf("%w: drain of QP %d: no flush completion within %v (is the CQ polled?)", verbs.ErrBusy, q.QPN(), drainTimeout)
+			return fmt.Errorf("%w: drain of QP %d: marker completions within %v: %v of %d (is the CQ polled?)", verbs.ErrBusy, q.QPN(), drainTimeout, seen, want)
 		}
 	}
 	return nil
@@ -410,7 +440,7 @@ func (q *qp) Drain() error {
 
 // drainDone is called by Poll for a drain marker's completion of qpn; it
 // reports whether a Drain was waiting for it.
-func (d *device) drainDone(qpn uint32) bool {
+func (d *device) drainDone(qpn uint32, id uint64) bool {
 	d.mu.Lock()
 	q := d.qps[qpn]
 	d.mu.Unlock()
@@ -424,7 +454,7 @@ func (d *device) drainDone(qpn uint32) bool {
 		return false
 	}
 	select {
-	case ch <- struct{}{}:
+	case ch <- id:
 	default:
 	}
 	return true

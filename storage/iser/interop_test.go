@@ -122,13 +122,13 @@ mount $d /mnt/t
 	// Kill the target in the middle of fio, restart it: the initiator
 	// reconnects (replacement_timeout 20 s) or fails the I/O; fio must
 	// never see data that fails verification.
-	job, err := v.Go("fio across a target restart", fmt.Sprintf(`mark started
+	job, err := v.Go("fio across a target restart", `mark started
 fio --name=restart --filename=/mnt/t/fio-restart --size=32M --rw=randrw --bs=16k --iodepth=16 --ioengine=libaio --direct=1 --verify=crc32c --verify_fatal=1 --runtime=40 --time_based --output-format=terse --terse-version=3 >/tmp/fio.out 2>&1
 echo "fio rc $?"
 cut -d';' -f3-9 /tmp/fio.out | head -3
 grep -i -E 'verify|bad|crc' /tmp/fio.out && echo CORRUPTION
 true
-`), 3*time.Minute)
+`, 3*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -67,6 +67,7 @@ type route struct {
 	seq       uint64 // round-robin stamp (lr_seq)
 	alive     bool   // lr_alive: from the gateway's ping reply
 	singleHop bool   // the gateway has an NI on net (lr_single_hop)
+	gwIdx     int    // index in gw.routes, for removal in O(1)
 }
 
 // effHops is the hop count used for ranking and LNetDist.
@@ -148,6 +149,7 @@ func (in *Instance) AddRoute(rc RouteConfig) error {
 		r.seq = max(r.seq, o.seq)
 	}
 	rn.routes = append(rn.routes, r)
+	r.gwIdx = len(gw.routes)
 	gw.routes = append(gw.routes, r)
 	in.kickRouterCheckerLocked()
 	return nil
@@ -155,37 +157,70 @@ func (in *Instance) AddRoute(rc RouteConfig) error {
 
 // DelRoute removes routes (lnet_del_route): the one to net via gw, every
 // route via gw when net is 0, or every route to net when gw is NIDAny.
-// It fails with ErrNoEnt when nothing matched.
+// It fails with ErrNoEnt when nothing matched. The cost is linear in the
+// routes removed (plus one pass over the remote nets when several nets
+// lose their last route), so emptying a table of 10,000 routes one call
+// at a time is not quadratic.
 func (in *Instance) DelRoute(net lnetwire.Net, gw lnetwire.NID) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	rt := &in.routes
-	n := 0
-	for _, rnNet := range slices.Clone(rt.order) {
-		if net != 0 && rnNet != net {
-			continue
-		}
-		rn := rt.nets[rnNet]
+	n, emptied := 0, 0
+	delIn := func(rn *remoteNet) {
 		rn.routes = slices.DeleteFunc(rn.routes, func(r *route) bool {
 			if gw != lnetwire.NIDAny && r.gw.nid != gw {
 				return false
 			}
 			n++
-			r.gw.routes = slices.DeleteFunc(r.gw.routes, func(x *route) bool { return x == r })
+			r.gw.removeRoute(r)
 			if len(r.gw.routes) == 0 {
 				delete(rt.gateways, r.gw.nid)
 			}
 			return true
 		})
 		if len(rn.routes) == 0 {
-			delete(rt.nets, rnNet)
-			rt.order = slices.DeleteFunc(rt.order, func(x lnetwire.Net) bool { return x == rnNet })
+			delete(rt.nets, rn.net)
+			emptied++
 		}
+	}
+	switch {
+	case net != 0:
+		if rn := rt.nets[net]; rn != nil {
+			delIn(rn)
+		}
+	case gw != lnetwire.NIDAny:
+		if g := rt.gateways[gw]; g != nil {
+			for _, r := range slices.Clone(g.routes) {
+				delIn(rt.nets[r.net])
+			}
+		}
+	default:
+		for _, x := range rt.order {
+			delIn(rt.nets[x])
+		}
+	}
+	switch {
+	case emptied == 1 && net != 0:
+		if i := slices.Index(rt.order, net); i >= 0 {
+			rt.order = slices.Delete(rt.order, i, i+1)
+		}
+	case emptied > 0:
+		rt.order = slices.DeleteFunc(rt.order, func(x lnetwire.Net) bool { return rt.nets[x] == nil })
 	}
 	if n == 0 {
 		return ErrNoEnt
 	}
 	return nil
+}
+
+// removeRoute unlinks r from gw.routes (whose order does not matter).
+func (gw *gateway) removeRoute(r *route) {
+	last := len(gw.routes) - 1
+	moved := gw.routes[last]
+	gw.routes[r.gwIdx] = moved
+	moved.gwIdx = r.gwIdx
+	gw.routes[last] = nil
+	gw.routes = gw.routes[:last]
 }
 
 // Routes lists the route table, by remote net in the order added, each
@@ -354,5 +389,7 @@ func (in *Instance) asymRouteLocked(src, from lnetwire.NID) bool {
 	if gw == nil {
 		return true
 	}
-	return !slices.ContainsFunc(gw.routes, func(r *route) bool { return r.net == src.Net() })
+	// The net's few routes, not the gateway's (thousands on a big table).
+	rn := in.routes.nets[src.Net()]
+	return rn == nil || !slices.ContainsFunc(rn.routes, func(r *route) bool { return r.gw == gw })
 }

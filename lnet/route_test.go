@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -710,56 +709,6 @@ func TestRouterChain(t *testing.T) {
 	if _, err := ia.Ping(context.Background(), lnetwire.ProcessID{NID: b}, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// TestRouterMemory: a router's table with 10,000 routes and 1,000 peers
-// stays small (the figure is logged), and a send still picks its route
-// quickly.
-func TestRouterMemory(t *testing.T) {
-	n := lndtest.New(lnetwire.SOCKLND)
-	in := rtNode(t, []lnd.LND{n.LND()}, lnet.RouterConfig{Enabled: true}, noChecker(), lnd.Tunables{}, rtR0, rtR1)
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	gws := []lnetwire.NID{lnetwire.MustParseNID("10.0.0.50@tcp"), lnetwire.MustParseNID("10.0.1.50@tcp1")}
-	for i := range 5000 {
-		for _, gw := range gws {
-			net := lnetwire.MakeNet(lnetwire.SOCKLND, uint16(100+i))
-			if err := in.AddRoute(lnet.RouteConfig{Net: net, Gateway: gw, Hops: 1 + i%3, Priority: uint32(i % 2)}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	eq, _ := in.EQAlloc(2048, nil)
-	for i := range 1000 {
-		h, _ := in.MDBind(lnet.MD{Start: []byte("x"), Threshold: 1, EQ: eq}, lnet.AutoUnlink)
-		// Peers on both local nets (none answers: the sends fail).
-		nid := lnetwire.MakeNID(tcp, uint32(0x0a000100+i))
-		if i%2 == 1 {
-			nid = lnetwire.MakeNID(tcp1, uint32(0x0a000100+i))
-		}
-		in.Put(lnetwire.NIDAny, h, lnet.AckReqNo, lnetwire.ProcessID{NID: nid, PID: 12345}, 1, 0, 0, 0)
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	if got := len(in.Routes()); got != 10000 {
-		t.Fatalf("%d routes", got)
-	}
-	if got := len(in.Peers()); got < 1000 {
-		t.Fatalf("%d peers", got)
-	}
-	grow := int64(after.HeapAlloc) - int64(before.HeapAlloc)
-	t.Logf("10,000 routes + 1,000 peers: heap +%d KiB (%.0f B per route or peer)", grow>>10, float64(grow)/11000)
-	if grow > 32<<20 {
-		t.Errorf("heap grew %d MiB", grow>>20)
-	}
-	start := time.Now()
-	for i := range 1000 {
-		h, _ := in.MDBind(lnet.MD{Start: []byte("x"), Threshold: 1}, lnet.AutoUnlink)
-		net := lnetwire.MakeNet(lnetwire.SOCKLND, uint16(100+i%5000))
-		in.Put(lnetwire.NIDAny, h, lnet.AckReqNo, lnetwire.ProcessID{NID: lnetwire.MakeNID(net, 1), PID: 12345}, 1, 0, 0, 0)
-	}
-	t.Logf("1,000 routed sends (route lookup among 10,000 routes): %v", time.Since(start))
 }
 
 // TestRouterNIStatus: a router reports an NI down in its ping replies

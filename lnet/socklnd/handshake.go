@@ -490,6 +490,13 @@ func (d *Driver) connectOne(p *peer, typ lnetwire.SockConnType) error {
 	h, err := c.readHello()
 	if err != nil {
 		nc.Close()
+		if lp := nc.LocalAddr().(*net.TCPAddr).Port; lp > maxReservedPort && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF)) {
+			// The acceptor closes without a word on an unprivileged
+			// source port; all this side sees is the reset.
+			return fmt.Errorf("HELLO from %s: %w (closed at once: the peer probably accepts only privileged source ports, "+
+				"accept=secure as Lustre's default, and this node dialled from port %d: run it as root or with CAP_NET_BIND_SERVICE, "+
+				"or set accept: all on the peer)", p.nid, err, lp)
+		}
 		return fmt.Errorf("HELLO from %s: %w", p.nid, err)
 	}
 	if h.Version != version {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -450,6 +451,15 @@ func TestAcceptSecure(t *testing.T) {
 	r.handshake0(b.nid)
 	r.expectClosed()
 	eventually(t, "refusal counted", func() bool { return b.d.Stats().AcceptRefused.Load() == 1 })
+
+	// A node dialling from an ephemeral port sees only the reset; its
+	// error names the likely refusal and the fixes.
+	ucfg := baseConfig()
+	ucfg.SourcePort = SourcePortAny
+	u := startNode(t, testIPs(1)[0], ucfg)
+	if err := u.send(t, putMsg(u.nid, b.nid, []byte("x"), 1)); err == nil || !strings.Contains(err.Error(), "accepts only privileged source ports") {
+		t.Fatalf("send from an unprivileged port: %v", err)
+	}
 
 	testenv.RequireRoot(t)
 	acfg := baseConfig()

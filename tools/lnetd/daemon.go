@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"softib/lnet"
@@ -377,6 +378,8 @@ func explainAddNet(err error, ni NIConfig, sc socklnd.Config) error {
 	switch {
 	case errors.Is(err, lnet.ErrNetExists):
 		return fmt.Errorf("%w (an NI with this NID is already up)", err)
+	case errors.As(err, &oe) && oe.Op == "listen" && (errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM)) && sc.AcceptPort < 1024:
+		return fmt.Errorf("%w (port %d is privileged: run lnetd as root or with CAP_NET_BIND_SERVICE, or set global accept_port above 1023 on every node)", err, sc.AcceptPort)
 	case errors.As(err, &oe) && oe.Op == "listen":
 		return fmt.Errorf("%w (is another node using port %d on this address? set global accept_port or lnd tunables accept_port)", err, sc.AcceptPort)
 	}

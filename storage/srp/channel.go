@@ -20,7 +20,7 @@ const (
 
 	// maxITIU is the largest SRP_CMD the target takes (ib_srp's
 	// default with 255 indirect descriptors in the IU fits).
-	maxITIU = 8192
+	maxITIU = 64 << 10
 	// maxTIIU is the largest IU the target sends: an SRP_RSP with fixed
 	// sense data or TMF response data.
 	maxTIIU = 256

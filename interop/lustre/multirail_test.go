@@ -1,0 +1,225 @@
+package lustre_test
+
+import (
+	"bufio"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"softib/interop/lustre"
+)
+
+// Multi-Rail and dynamic discovery against the Lustre 2.17 kernel LNet
+// (issue #13). Both nodes have two rails on the one guest link: a tcp NI
+// (ksocklnd / socklnd) and an o2ib NI (ko2iblnd over the guest's rdma_rxe
+// / softib's o2iblnd over its rxe). One guest boot covers discovery both
+// ways, LNetPrimaryNID, traffic on both rails and the loss of the o2ib
+// rail under lst brw check=full.
+
+// niCounts parses `lnetctl net show -v` (the kernel's or softib's) into
+// each NI's send_count and recv_count.
+func niCounts(out string) map[string][2]int64 {
+	res := map[string][2]int64{}
+	nid := ""
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 2 {
+			continue
+		}
+		switch strings.TrimPrefix(f[0], "- ") {
+		case "nid:":
+			nid = f[1]
+		case "send_count:", "recv_count:":
+			if nid == "" {
+				continue
+			}
+			v, _ := strconv.ParseInt(f[1], 10, 64)
+			c := res[nid]
+			if f[0] == "send_count:" {
+				c[0] = v
+			} else {
+				c[1] = v
+			}
+			res[nid] = c
+		}
+		if f[0] == "-" && f[1] == "nid:" && len(f) > 2 {
+			nid = f[2]
+		}
+	}
+	return res
+}
+
+// railCounts returns both sides' per-NI counters.
+func railCounts(t *testing.T, g *lustre.Guest, d *lustre.Lnetd) (kern, soft map[string][2]int64) {
+	t.Helper()
+	ko, err := g.Lnetctl(g.Context(), "net", "show", "-v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	so, err := d.Ctl("net", "show", "-v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return niCounts(ko), niCounts(so)
+}
+
+// moved checks that every NI in nids sent and received more in after
+// than in before.
+func moved(t *testing.T, side string, before, after map[string][2]int64, nids ...string) {
+	t.Helper()
+	for _, n := range nids {
+		b, a := before[n], after[n]
+		t.Logf("%s NI %s: sent %d, received %d messages in the run", side, n, a[0]-b[0], a[1]-b[1])
+		if a[0] <= b[0] || a[1] <= b[1] {
+			t.Errorf("%s NI %s carried no traffic both ways: before %v after %v", side, n, b, a)
+		}
+	}
+}
+
+// discoverLists checks a `lnetctl discover` YAML: the primary NID, every
+// NID in nids and Multi-Rail True.
+func discoverLists(t *testing.T, who, out, prim string, nids ...string) {
+	t.Helper()
+	want := append([]string{"primary nid: " + prim, "Multi-Rail: True"}, nids...)
+	for i := 2; i < len(want); i++ {
+		want[i] = "nid: " + want[i]
+	}
+	for _, w := range want {
+		// The kernel's lnetctl (netlink YAML) prints "Multi-Rail: true";
+		// softib's lnetctl prints lnetctl's classic "True".
+		if !strings.Contains(strings.ToLower(out), strings.ToLower(w)) {
+			t.Errorf("%s discover lacks %q:\n%s", who, w, out)
+		}
+	}
+}
+
+var lstErrRe = regexp.MustCompile(`Total (\d+) error nodes in`)
+
+// TestInteropMultiRail: one guest with tcp and o2ib NIs, softib lnetd
+// with tcp and o2ib NIs:
+//   - the kernel's `lnetctl discover` of softib lists both softib NIDs,
+//     Multi-Rail True (softib's ping buffer advertises Multi-Rail and
+//     discovery; softib takes the kernel's push);
+//   - softib's discover of the kernel lists both kernel NIDs, Multi-Rail
+//     True, and LNetPrimaryNID of the kernel's o2ib NID is its tcp NID;
+//   - lst brw write/read 1M check=full from softib's console moves
+//     messages over both NIs on both sides;
+//   - the o2ib rail dropped inside the guest (tc drops RoCE, UDP 4791,
+//     both ways) while brw check=full runs: the batch keeps running and
+//     no data check fails.
+func TestInteropMultiRail(t *testing.T) {
+	g := lustre.Boot(t)
+	if g == nil {
+		return
+	}
+	g.LNetUp()
+	// Short timeouts on both sides so a dead rail is noticed within the
+	// test (lnd_timeout = (transaction_timeout-1)/(retry_count+1)).
+	g.MustRun("lnetctl set transaction_timeout 10 && lnetctl set retry_count 2 && lnetctl global show")
+	d := lustre.StartLnetd(t, g, lustre.LnetdConfig{Global: "    transaction_timeout: 10\n    retry_count: 2"})
+	ctx := g.Context()
+	kt, ko := g.NID("tcp"), g.NID("o2ib")
+	st, so := d.NID("tcp"), d.NID("o2ib")
+
+	// Discovery, kernel → softib.
+	start := time.Now()
+	out, err := g.Lnetctl(ctx, "discover", st)
+	if err != nil {
+		t.Fatalf("kernel discover of softib: %v", err)
+	}
+	t.Logf("kernel: lnetctl discover %s (%v):\n%s", st, time.Since(start).Round(time.Millisecond), out)
+	discoverLists(t, "kernel", out, st, st, so)
+
+	// Discovery, softib → kernel.
+	start = time.Now()
+	out, err = d.Ctl("discover", kt)
+	if err != nil {
+		t.Fatalf("softib discover of the kernel: %v", err)
+	}
+	t.Logf("softib: lnetctl discover %s (%v):\n%s", kt, time.Since(start).Round(time.Millisecond), out)
+	discoverLists(t, "softib", out, kt, kt, ko)
+	out, err = d.Ctl("discover", "--primary", ko)
+	if err != nil || !strings.Contains(out, "primary nid: "+kt) {
+		t.Errorf("LNetPrimaryNID(%s) on softib: %v\n%s", ko, err, out)
+	}
+	if out, err := g.Lnetctl(ctx, "peer", "show", "-v"); err == nil {
+		t.Logf("kernel peer show -v:\n%s", out)
+	} else {
+		t.Error(err)
+	}
+	if out, err := d.Ctl("peer", "show", "-v"); err == nil {
+		t.Logf("softib peer show -v:\n%s", out)
+	} else {
+		t.Error(err)
+	}
+	if t.Failed() {
+		return
+	}
+
+	// Traffic on both rails: softib's console drives brw between the two
+	// nodes, named by their primary (tcp) NIDs.
+	sess := filepath.Join(t.TempDir(), "lst-mr.json")
+	mustSoftibLst(t, d, sess, "new_session", "mr", "--force", "--socket", d.Socket(), "--net", "tcp")
+	mustSoftibLst(t, d, sess, "add_group", "kern", kt)
+	mustSoftibLst(t, d, sess, "add_group", "soft", st)
+	k0, s0 := railCounts(t, g, d)
+	lc := lstCase{Name: "MR brw write 1M", From: "soft", To: "kern", Args: "brw write size=1M check=full", Bulk: true}
+	runSoftibCase(t, d, sess, "tcp+o2ib", 0, lc)
+	lc = lstCase{Name: "MR brw read 1M", From: "kern", To: "soft", Args: "brw read size=1M check=full", Bulk: true}
+	runSoftibCase(t, d, sess, "tcp+o2ib", 1, lc)
+	k1, s1 := railCounts(t, g, d)
+	moved(t, "kernel", k0, k1, kt, ko)
+	moved(t, "softib", s0, s1, st, so)
+	checkNoCorruption(t, g)
+	g.CheckNoLNetError(t)
+
+	// The o2ib rail goes down in the guest while brw check=full runs.
+	mustSoftibLst(t, d, sess, "add_batch", "down")
+	mustSoftibLst(t, d, sess, "add_test", "--batch", "down", "--from", "soft", "--to", "kern", "brw", "write", "size=64k", "check=full")
+	mustSoftibLst(t, d, sess, "add_test", "--batch", "down", "--from", "kern", "--to", "soft", "brw", "read", "size=64k", "check=full")
+	mustSoftibLst(t, d, sess, "run", "down")
+	before, err := softibLst(d, sess, "stat", "--delay", "2", "--count", "2", "soft", "kern")
+	t.Logf("before the rail goes down:\n%s", before)
+	if err != nil {
+		t.Errorf("stat before: %v", err)
+	}
+	// A dead rail makes both LNets log timeouts on it: expected here.
+	g.AllowLNetError(`o2iblnd|kiblnd|192\.168\.77\.1@o2ib`)
+	g.MustRun(`set -e
+tc qdisc add dev eth0 clsact
+for dir in ingress egress; do
+	tc filter add dev eth0 $dir protocol ip u32 match ip protocol 17 0xff match ip dport 4791 0xffff action drop
+done
+tc -s filter show dev eth0 ingress`)
+	t.Logf("o2ib rail down (RoCE dropped in the guest) at %v", time.Now().Format(time.TimeOnly))
+	during, err := softibLst(d, sess, "stat", "--delay", "5", "--count", "6", "soft", "kern")
+	t.Logf("with the o2ib rail down:\n%s", during)
+	if err != nil {
+		t.Logf("stat while the rail is down: %v", err)
+	}
+	after, err := softibLst(d, sess, "stat", "--delay", "2", "--count", "3", "soft", "kern")
+	t.Logf("o2ib rail still down, steady:\n%s", after)
+	if err != nil {
+		t.Errorf("stat after the failover: %v", err)
+	}
+	checkRates(t, "o2ib rail down", after, lstCase{Name: "rail down", Bulk: true}, "soft", "kern")
+	errs, _ := softibLst(d, sess, "show_error", "soft", "kern")
+	t.Logf("show_error:\n%s", errs)
+	mustSoftibLst(t, d, sess, "stop", "down")
+	g.MustRun("tc qdisc del dev eth0 clsact")
+	mustSoftibLst(t, d, sess, "end_session")
+	if out, err := d.Ctl("peer", "show", "-v"); err == nil {
+		t.Logf("softib peer show -v after the rail loss:\n%s", out)
+	}
+	if out, err := g.Lnetctl(ctx, "peer", "show", "-v"); err == nil {
+		t.Logf("kernel peer show -v after the rail loss:\n%s", out)
+	}
+	if out, err := d.Ctl("stats", "show"); err == nil {
+		t.Logf("softib stats:\n%s", out)
+	}
+	checkNoCorruption(t, g)
+}

@@ -47,7 +47,7 @@ func Devices() ([]DeviceInfo, error) {
 	var n C.int
 	list, err := C.ibv_get_device_list(&n)
 	if list == nil {
-		return nil, fmt.Errorf("ibverbs: ibv_get_device_list: %w", errnoErr(err))
+		return nil, listErr(err)
 	}
 	defer C.ibv_free_device_list(list)
 	devs := unsafe.Slice(list, int(n))
@@ -67,10 +67,13 @@ func (provider) Open(cfg verbs.DeviceConfig) (verbs.Device, error) {
 	if cfg.BusyPoll || cfg.NoRxCoalescing || cfg.FixedSourcePort || cfg.NetMTU != 0 {
 		return nil, fmt.Errorf("%w: BusyPoll, NoRxCoalescing, FixedSourcePort and NetMTU are Soft-RoCE settings; a kernel device takes them from its driver and netdev", verbs.ErrNotSupported)
 	}
+	if cfg.Capture != nil {
+		return nil, fmt.Errorf("%w: packet capture of a kernel RDMA device (use tcpdump/tshark on its netdev, or rdma-core's ibdump for ConnectX)", verbs.ErrNotSupported)
+	}
 	var n C.int
 	list, err := C.ibv_get_device_list(&n)
 	if list == nil {
-		return nil, fmt.Errorf("ibverbs: ibv_get_device_list: %w", errnoErr(err))
+		return nil, listErr(err)
 	}
 	defer C.ibv_free_device_list(list)
 	devs := unsafe.Slice(list, int(n))
@@ -409,6 +412,16 @@ func convDeviceAttr(a *C.struct_ibv_device_attr) verbs.DeviceAttr {
 		LocalCAAckDelay: uint8(a.local_ca_ack_delay), PhysPortCnt: uint8(a.phys_port_cnt),
 		MaxMsgSize: 1 << 31,
 	}
+}
+
+// listErr explains a failed ibv_get_device_list: ENOSYS means the kernel
+// offers no RDMA user access at all.
+func listErr(err error) error {
+	err = errnoErr(err)
+	if errors.Is(err, syscall.ENOSYS) {
+		return fmt.Errorf("%w: this kernel offers no RDMA devices to user space (no /sys/class/infiniband_verbs: load ib_uverbs and a driver, e.g. modprobe rdma_rxe && rdma link add rxe0 type rxe netdev eth0) (%v)", ErrNoDevice, err)
+	}
+	return fmt.Errorf("ibverbs: ibv_get_device_list: %w", err)
 }
 
 // errnoErr returns the errno of a failed libibverbs call (cgo's second

@@ -12,12 +12,17 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 
 	"softib/verbs"
 )
+
+// EnvProvider is the environment variable that supplies the default
+// --provider.
+const EnvProvider = "SOFTIB_PROVIDER"
 
 // EnvAddr is the environment variable that supplies the default --addr.
 const EnvAddr = "SOFTIB_ADDR"
@@ -50,6 +55,10 @@ type Options struct {
 	// NoRxCoalescing receives without UDP GRO (verbs.DeviceConfig
 	// NoRxCoalescing).
 	NoRxCoalescing bool
+	// Provider names the verbs provider ("" = $SOFTIB_PROVIDER, else
+	// "rxe", softib's Soft-RoCE; "ibverbs" = the kernel's RDMA devices in
+	// a build with -tags ibverbs).
+	Provider string
 
 	// fallback is the loopback address Open took because the default
 	// address's port was in use.
@@ -79,6 +88,7 @@ func (o *Options) Register(fs *flag.FlagSet, gidDefault int, gidFlags ...string)
 	fs.IntVar(&o.NetMTU, "net-mtu", o.NetMTU, "link `MTU` the device assumes (default 1500; 4096-byte IB MTU needs 4176 or more)")
 	fs.BoolVar(&o.BusyPoll, "busy-poll", o.BusyPoll, "busy-poll the device socket (lower latency, one CPU spinning)")
 	RegisterObserve(fs) // --pcap, --metrics (observe.go)
+	fs.StringVar(&o.Provider, "provider", o.Provider, "verbs `provider`: rxe (softib's Soft-RoCE, the default) or ibverbs (kernel RDMA devices; needs a build with -tags ibverbs) (default $"+EnvProvider+", else rxe)")
 	fs.BoolVar(&o.NoRxCoalescing, "no-gro", o.NoRxCoalescing, "receive without UDP GRO (one datagram per packet; GRO coalesces a peer's GSO bursts, and a polling tool reads the socket itself either way)")
 }
 
@@ -189,7 +199,29 @@ func (o *Options) Config() (verbs.DeviceConfig, error) {
 	if o.UDPPort > 65535 || o.PeerUDPPort > 65535 {
 		return verbs.DeviceConfig{}, fmt.Errorf("UDP port out of range (0-65535)")
 	}
-	return verbs.DeviceConfig{Name: o.Name, Addr: a, Port: uint16(o.UDPPort), NetMTU: o.NetMTU, BusyPoll: o.BusyPoll, NoRxCoalescing: o.NoRxCoalescing}, nil
+	prov := o.Provider
+	if prov == "" {
+		prov = os.Getenv(EnvProvider)
+	}
+	if prov == "" {
+		prov = "rxe"
+	}
+	if !slices.Contains(verbs.Providers(), prov) {
+		hint := ""
+		if prov == "ibverbs" {
+			hint = " (this softib was built without it: go build -tags ibverbs ./cmd/softib, with libibverbs-dev installed)"
+		}
+		return verbs.DeviceConfig{}, fmt.Errorf("--provider %q: not in this build%s; providers: %s", prov, hint, strings.Join(verbs.Providers(), ", "))
+	}
+	cfg := verbs.DeviceConfig{Provider: prov, Name: o.Name, Addr: a, Port: uint16(o.UDPPort), NetMTU: o.NetMTU, BusyPoll: o.BusyPoll, NoRxCoalescing: o.NoRxCoalescing}
+	if prov != "rxe" {
+		// A kernel device: the name, or an address given, picks it (the
+		// provider refuses the Soft-RoCE socket settings).
+		if o.Addr == "" && os.Getenv(EnvAddr) == "" {
+			cfg.Addr = netip.Addr{}
+		}
+	}
+	return cfg, nil
 }
 
 // Open opens the device the options describe and checks the IB port and
@@ -281,6 +313,9 @@ func Explain(err error, cfg verbs.DeviceConfig) error {
 		port = DefaultUDPPort
 	}
 	ap := netip.AddrPortFrom(cfg.Addr, port)
+	if cfg.Provider == "ibverbs" {
+		return fmt.Errorf("cannot open a kernel RDMA device: %w", err)
+	}
 	switch {
 	case errors.Is(err, verbs.ErrNoProvider):
 		return fmt.Errorf("no RDMA provider: %w", err)

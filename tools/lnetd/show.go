@@ -650,7 +650,9 @@ func o2iblndStats(s *o2iblnd.Stats, incarnation uint64) Map {
 }
 
 // socklndStats renders the TCP LND counters (softib extension of
-// net show -v); peer_reboots counts incarnation changes seen.
+// net show -v); peer_reboots counts incarnation changes seen; spliced_rx
+// and spliced_tx count forwarded payloads a router moved through a pipe
+// without copying, splice_fallbacks those it had to copy after all.
 func socklndStats(s *socklnd.Stats, incarnation uint64) Map {
 	return Map{}.add("incarnation", fmt.Sprintf("%#x", incarnation)).
 		add("conns_active", s.ConnsActive.Load()).
@@ -665,5 +667,7 @@ func socklndStats(s *socklnd.Stats, incarnation uint64) Map {
 		add("keepalives_sent", s.KeepalivesSent.Load()).
 		add("csum_errors", s.CsumErrors.Load()).
 		add("malformed", s.Malformed.Load()).
-		add("tx_timeouts", s.TxTimeouts.Load())
+		add("tx_timeouts", s.TxTimeouts.Load()).
+		add("spliced_rx", s.KeptRx.Load()).add("spliced_tx", s.KeptTx.Load()).
+		add("splice_fallbacks", s.KeptFallbacks.Load())
 }

@@ -34,7 +34,7 @@ type observer struct {
 	header bool          // the file has its header
 
 	exp     *metrics.Exporter
-	servers []*stat.Server
+	servers map[verbs.Device]*stat.Server
 }
 
 // RegisterObserve adds --pcap and --metrics to fs (Options.Register
@@ -132,7 +132,10 @@ func Observe(dev verbs.Device) {
 		fmt.Fprintf(os.Stderr, "softib: %v (softib stat and res will not see %s)\n", err, dev.Name())
 	} else {
 		o.mu.Lock()
-		o.servers = append(o.servers, s)
+		if o.servers == nil {
+			o.servers = map[verbs.Device]*stat.Server{}
+		}
+		o.servers[dev] = s
 		o.mu.Unlock()
 	}
 	if d, ok := dev.(stat.Introspector); ok {
@@ -142,28 +145,54 @@ func Observe(dev verbs.Device) {
 	}
 }
 
+// Unobserve undoes Observe, for a device closed before the tool ends
+// (an LNet NI deleted at run time).
+func Unobserve(dev verbs.Device) {
+	o := &obs
+	o.mu.Lock()
+	s, exp := o.servers[dev], o.exp
+	delete(o.servers, dev)
+	o.mu.Unlock()
+	if s != nil {
+		s.Close()
+	}
+	if d, ok := dev.(stat.Introspector); ok && exp != nil {
+		exp.RemoveDevice(d)
+	}
+}
+
 // Metrics returns the exporter --metrics started (starting it on first
 // use), or nil without --metrics. A bad address ends the process with a
 // message: the user asked for metrics and would otherwise get none.
 func Metrics() *metrics.Exporter {
+	exp, err := StartMetrics()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "softib: %v\n", err)
+		os.Exit(1)
+	}
+	return exp
+}
+
+// StartMetrics is Metrics with the listen error returned, for tools that
+// clean up before they exit (lnetd).
+func StartMetrics() (*metrics.Exporter, error) {
 	o := &obs
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.metricsAddr == "" {
-		return nil
+		return nil, nil
 	}
 	if o.exp == nil {
 		exp := metrics.New()
 		a, err := exp.Listen(o.metricsAddr)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "softib: %v\n", err)
-			os.Exit(1)
+			return nil, err
 		}
 		// Say where: with port 0 the user learns the port here.
 		fmt.Fprintf(os.Stderr, "softib: Prometheus metrics on http://%v/metrics\n", a)
 		o.exp = exp
 	}
-	return o.exp
+	return o.exp, nil
 }
 
 // SetMetricsAddr sets --metrics for tools with their own flag parsing.

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"softib/tools/devsel"
 )
 
 // RunDaemon is `softib lnetd`: it parses flags, starts the node from the
@@ -23,6 +25,8 @@ func RunDaemon(ctx context.Context, args []string, stderr io.Writer) int {
 	sock := fs.String("socket", DefaultSocketPath(), "control socket path (Unix domain, mode 0600)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	jsonLog := fs.Bool("log-json", false, "log in JSON instead of text")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics (LNet NIs, peers, credits, routes; o2ib devices, QPs, CQs) on `host:port` at /metrics")
+	pcapPath := fs.String("pcap", "", "write the o2ib NIs' RoCE packets to this pcap `file` (socklnd's TCP is not captured: use tcpdump)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: softib lnetd [--config lnet.yaml] [--socket PATH]\n\n"+
 			"Runs an LNet node (loopback + tcp) configured from YAML and serves\n"+
@@ -71,6 +75,16 @@ func RunDaemon(ctx context.Context, args []string, stderr io.Writer) int {
 		return 1
 	}
 	defer ln.Close()
+	// o2ib devices opened from here on are captured and published
+	// (tools/devsel's observer; the CLI flushes it when lnetd returns).
+	devsel.SetPcapPath(*pcapPath)
+	devsel.SetMetricsAddr(*metricsAddr)
+	defer devsel.FinishObserve() // after the node's devices close (a defer below)
+	exp, err := devsel.StartMetrics()
+	if err != nil {
+		fmt.Fprintf(stderr, "lnetd: %v\n", err)
+		return 1
+	}
 	d, err := New(Options{Config: cfg, Log: log})
 	if err != nil {
 		if *cfgPath != "" {
@@ -86,6 +100,9 @@ func RunDaemon(ctx context.Context, args []string, stderr io.Writer) int {
 		return 1
 	}
 	defer d.Close()
+	if exp != nil {
+		exp.AddLNet(d.Instance())
+	}
 	srv := NewServer(d.Handle)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

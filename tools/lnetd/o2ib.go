@@ -12,6 +12,7 @@ import (
 	"softib/lnet/o2iblnd"
 	"softib/rdmacm"
 	"softib/rxe"
+	"softib/tools/devsel"
 	"softib/verbs"
 	"softib/wire/lnetwire"
 )
@@ -29,6 +30,7 @@ func (r *rdmaNI) close() {
 		return
 	}
 	r.cm.Close()
+	devsel.Unobserve(r.dev)
 	r.dev.Close()
 }
 
@@ -45,8 +47,13 @@ func openO2IB(ni NIConfig, lt Settings) (o2iblnd.Config, *rdmaNI, error) {
 		return o2iblnd.Config{}, nil, err
 	}
 	name := fmt.Sprintf("rxe_lnetd%d", rxeSeq.Add(1)-1)
-	// rxe's defaults (UDP GRO on: bulk RDMA is what an LND moves).
-	dev, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Name: name, Addr: addr}})
+	// rxe's defaults (UDP GRO on: bulk RDMA is what an LND moves);
+	// --pcap captures it (observe.go in tools/devsel).
+	dc := verbs.DeviceConfig{Name: name, Addr: addr}
+	if err := devsel.CaptureConfig(&dc); err != nil {
+		return o2iblnd.Config{}, nil, err
+	}
+	dev, err := rxe.Open(rxe.Config{DeviceConfig: dc})
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
 			return o2iblnd.Config{}, nil, fmt.Errorf("rxe device on %v: %w (UDP %d is taken on this address: another softib node or Linux rdma_rxe? give each node its own address)",
@@ -60,6 +67,8 @@ func openO2IB(ni NIConfig, lt Settings) (o2iblnd.Config, *rdmaNI, error) {
 		dev.Close()
 		return o2iblnd.Config{}, nil, fmt.Errorf("RDMA CM on %v: %w", addr, err)
 	}
+	// softib stat/res and --metrics see the device.
+	devsel.Observe(dev)
 	c := o2ibConfig(lt)
 	c.CM = m
 	return c, &rdmaNI{dev: dev, cm: m}, nil

@@ -162,8 +162,18 @@ func TestInteropMultiRail(t *testing.T) {
 
 	// Traffic on both rails: softib's console drives brw between the two
 	// nodes, named by their primary (tcp) NIDs.
+	// Connect every rail both ways first: a first o2ib connection in the
+	// emulated guest can take longer than an lst RPC waits.
+	for _, n := range []string{"tcp", "o2ib"} {
+		if _, err := g.Ping(ctx, d.NID(n)); err != nil {
+			t.Fatalf("kernel -> softib %s: %v", n, err)
+		}
+		if _, err := d.Ping(g.NID(n)); err != nil {
+			t.Fatalf("softib -> kernel %s: %v", n, err)
+		}
+	}
 	sess := filepath.Join(t.TempDir(), "lst-mr.json")
-	mustSoftibLst(t, d, sess, "new_session", "mr", "--force", "--socket", d.Socket(), "--net", "tcp")
+	mustSoftibLst(t, d, sess, "new_session", "mr", "--force", "--socket", d.Socket(), "--net", "tcp", "--rpc-timeout", "60")
 	mustSoftibLst(t, d, sess, "add_group", "kern", kt)
 	mustSoftibLst(t, d, sess, "add_group", "soft", st)
 	k0, s0 := railCounts(t, g, d)

@@ -28,7 +28,7 @@ func TestNetShowPingPeerStats(t *testing.T) {
 		t.Fatalf("net show:\n%s", YAML(doc))
 	}
 	out := ctlOK(t, a.sock, "ping", b.nid)
-	want := fmt.Sprintf("ping:\n    - primary nid: %s\n      Multi-Rail: False\n      peer ni:\n        - nid: %s\n", b.nid, b.nid)
+	want := fmt.Sprintf("ping:\n    - primary nid: %s\n      Multi-Rail: True\n      peer ni:\n        - nid: %s\n", b.nid, b.nid)
 	if out != want {
 		t.Errorf("ping output:\n%s\nwant\n%s", out, want)
 	}

@@ -256,7 +256,7 @@ func TestE2EThreeNodes(t *testing.T) {
 	// lnetctl ping prints lnetctl's YAML.
 	out := nodes[0].ctl("ping", nodes[1].nid, nodes[2].nid)
 	for _, n := range nodes[1:] {
-		if !strings.Contains(out, "    - primary nid: "+n.nid+"\n      Multi-Rail: False\n      peer ni:\n        - nid: "+n.nid+"\n") {
+		if !strings.Contains(out, "    - primary nid: "+n.nid+"\n      Multi-Rail: True\n      peer ni:\n        - nid: "+n.nid+"\n") {
 			t.Errorf("lnetctl ping output:\n%s", out)
 		}
 	}

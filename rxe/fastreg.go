@@ -22,6 +22,7 @@ const MaxFastRegPageList = 512
 // MR has one fragment; a fast-reg MR one per run of contiguous memory of
 // the scatter list it mapped. A published mrMap is never modified.
 type mrMap struct {
+	pd     *PD // the PD accesses are checked against (Rereg may move it)
 	addr   uint64
 	length uint64
 	access verbs.AccessFlags
@@ -127,8 +128,8 @@ func (pd *PD) AllocMR(typ verbs.MRType, maxSG int) (verbs.FastRegMR, error) {
 	if maxSG < 1 || maxSG > MaxFastRegPageList {
 		return nil, fmt.Errorf("rxe: alloc MR: %d pages (1..%d): %w", maxSG, MaxFastRegPageList, verbs.ErrInvalidArgument)
 	}
-	mr := &MR{pd: pd, fast: &fastMR{maxSG: maxSG, staged: &mrMap{}}}
-	mr.m.Store(&mrMap{})
+	mr := &MR{pd: pd, fast: &fastMR{maxSG: maxSG, staged: &mrMap{pd: pd}}}
+	mr.m.Store(&mrMap{pd: pd})
 	if err := pd.dev.keys.add(mr); err != nil {
 		return nil, err
 	}
@@ -192,7 +193,7 @@ func (mr *MR) MapMRSG(sgl []verbs.SGE, sgOffset uint32, pageSize int) (int, erro
 		return 0, fmt.Errorf("rxe: map MR SG: MR is registered (invalidate it first): %w", verbs.ErrInvalidArgument)
 	}
 	ps := uint64(pageSize)
-	m := &mrMap{}
+	m := &mrMap{pd: mr.pd}
 	pages, mapped := 0, 0
 	var lastEnd uint64
 	for i, e := range sgl {
@@ -214,7 +215,7 @@ func (mr *MR) MapMRSG(sgl []verbs.SGE, sgOffset uint32, pageSize int) (int, erro
 			break
 		}
 		src := mr.pd.dev.keys.lookup(e.LKey)
-		if src == nil || src.pd != mr.pd || src.fast != nil {
+		if src == nil || src.m.Load().pd != mr.pd || src.fast != nil {
 			return mapped, fmt.Errorf("rxe: map MR SG: element %d: lkey %#x names no registered memory of this PD: %w", i, e.LKey, verbs.ErrInvalidLKey)
 		}
 		segs, ok := src.m.Load().appendSegs(nil, addr, uint32(n))
@@ -302,11 +303,11 @@ func (q *QP) remoteMR(rkey uint32, need verbs.AccessFlags, va uint64, n uint32) 
 		return q.dev.keys.lookupMW(q, rkey, need, va, n)
 	}
 	mr := q.dev.keys.lookup(rkey)
-	if mr == nil || mr.pd != q.pd {
+	if mr == nil {
 		return nil, nil, 0
 	}
 	m := mr.m.Load()
-	if m.access&need != need || !m.inRange(va, uint64(n)) {
+	if m.pd != q.pd || m.access&need != need || !m.inRange(va, uint64(n)) {
 		return nil, nil, 0
 	}
 	return mr, m, va
@@ -324,5 +325,67 @@ func checkMemWR(wr *verbs.SendWR) error {
 			return fmt.Errorf("rxe: post send wr %d: BIND_MW needs a memory window of this provider: %w", wr.ID, verbs.ErrInvalidArgument)
 		}
 	}
+	return nil
+}
+
+var _ verbs.RereggableMR = (*MR)(nil)
+
+// Rereg re-registers an ordinary MR (ibv_rereg_mr): a new PD, new access
+// rights and/or new memory (buf, whose address becomes Addr as in RegMR),
+// keeping its keys. Accesses in flight finish with the old mapping or
+// see the new one whole. It fails with ErrBusy while windows are bound
+// to the MR and with ErrInvalidArgument for a fast-reg MR (REG_MR
+// re-registers those). Linux 6.2+ rxe supports the PD and access cases
+// (6.1 has no rereg); the translation case goes beyond it.
+func (mr *MR) Rereg(flags verbs.ReregFlags, pd verbs.PD, buf []byte, access verbs.AccessFlags) error {
+	const all = verbs.ReregTranslation | verbs.ReregPD | verbs.ReregAccess
+	if mr.fast != nil {
+		return fmt.Errorf("rxe: rereg MR: fast-reg MRs are registered by REG_MR: %w", verbs.ErrInvalidArgument)
+	}
+	if flags == 0 || flags&^all != 0 {
+		return fmt.Errorf("rxe: rereg MR: flags %#x: %w", uint8(flags), verbs.ErrInvalidArgument)
+	}
+	if mr.dereged.Load() {
+		return verbs.ErrClosed
+	}
+	if n := mr.numMW.Load(); n > 0 {
+		return fmt.Errorf("rxe: rereg MR: %d memory windows bound: %w", n, verbs.ErrBusy)
+	}
+	t := &mr.pd.dev.keys
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	newPD, newBuf, newAccess := mr.pd, mr.buf, mr.access
+	if flags&verbs.ReregPD != 0 {
+		p, ok := pd.(*PD)
+		if !ok || p.dev != mr.pd.dev {
+			return fmt.Errorf("rxe: rereg MR: PD of another device: %w", verbs.ErrInvalidArgument)
+		}
+		if err := p.check(); err != nil {
+			return err
+		}
+		newPD = p
+	}
+	if flags&verbs.ReregAccess != 0 {
+		newAccess = access
+	}
+	if flags&verbs.ReregTranslation != 0 {
+		newBuf = buf
+	}
+	if newAccess&(verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0 && newAccess&verbs.AccessLocalWrite == 0 {
+		return fmt.Errorf("rxe: rereg MR: remote write/atomic without local write: %w", verbs.ErrInvalidArgument)
+	}
+	if newAccess&^(verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic|verbs.AccessMWBind|verbs.AccessZeroBased) != 0 {
+		return fmt.Errorf("rxe: rereg MR: unknown access %v: %w", newAccess, verbs.ErrInvalidArgument)
+	}
+	var addr uint64
+	if len(newBuf) > 0 && newAccess&verbs.AccessZeroBased == 0 {
+		addr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(newBuf))))
+	}
+	if newPD != mr.pd {
+		newPD.users.Add(1)
+		mr.pd.users.Add(-1)
+	}
+	mr.pd, mr.buf, mr.addr, mr.access = newPD, newBuf, addr, newAccess
+	mr.m.Store(&mrMap{pd: newPD, addr: addr, length: uint64(len(newBuf)), access: newAccess, frags: []mrFrag{{b: newBuf}}})
 	return nil
 }

@@ -440,3 +440,65 @@ func TestMemoryWindowType1(t *testing.T) {
 		t.Fatalf("second Dealloc: %v", err)
 	}
 }
+
+// TestRereg moves an MR's access, memory and PD with ibv_rereg_mr's
+// semantics: the keys stay, remote accesses see the new registration.
+func TestRereg(t *testing.T) {
+	a, b := mmOpen(t), mmOpen(t)
+	buf1, buf2 := make([]byte, 128), make([]byte, 256)
+	mr, err := a.pd.RegMR(buf1, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := mr.RKey()
+	src, _ := b.pd.RegMR(bytes.Repeat([]byte{0x77}, 64), verbs.AccessLocalWrite)
+
+	if err := verbs.Rereg(mr, verbs.ReregAccess, nil, nil, verbs.AccessLocalWrite); err != nil {
+		t.Fatal(err)
+	}
+	_, tb := mmConn(t, a, b)
+	wantStatus(t, "write after rereg without remote write", tb.do(t, writeWR(src, 0, 8, mr.Addr(), key)), verbs.WCRemAccessErr)
+
+	if err := verbs.Rereg(mr, verbs.ReregAccess|verbs.ReregTranslation, nil, buf2, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+		t.Fatal(err)
+	}
+	if mr.RKey() != key || mr.Len() != 256 || &mr.Buf()[0] != &buf2[0] {
+		t.Fatalf("after rereg: key %#x (was %#x), len %d", mr.RKey(), key, mr.Len())
+	}
+	ta, tb := mmConn(t, a, b)
+	wantStatus(t, "write to the new memory", tb.do(t, writeWR(src, 0, 64, mr.Addr()+192, key)), verbs.WCSuccess)
+	ta.qp.Query()
+	if buf2[192] != 0x77 || buf1[0] != 0 {
+		t.Fatal("write after the translation rereg landed wrong")
+	}
+
+	pd2, _ := a.dev.AllocPD()
+	if err := verbs.Rereg(mr, verbs.ReregPD, pd2, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	_, tb = mmConn(t, a, b)
+	wantStatus(t, "write through a QP of the old PD", tb.do(t, writeWR(src, 0, 8, mr.Addr(), key)), verbs.WCRemAccessErr)
+	_, tb = mmConn(t, &mmDev{a.dev, pd2}, b)
+	wantStatus(t, "write through a QP of the new PD", tb.do(t, writeWR(src, 0, 8, mr.Addr(), key)), verbs.WCSuccess)
+
+	if err := verbs.Rereg(mr, 0, nil, nil, 0); !errors.Is(err, verbs.ErrInvalidArgument) {
+		t.Fatalf("no flags: %v", err)
+	}
+	if err := verbs.Rereg(mr, verbs.ReregAccess, nil, nil, verbs.AccessRemoteWrite); !errors.Is(err, verbs.ErrInvalidArgument) {
+		t.Fatalf("remote write without local write: %v", err)
+	}
+	fmr, _ := verbs.AllocMR(a.pd, verbs.MRTypeMemReg, 1)
+	if err := verbs.Rereg(fmr, verbs.ReregAccess, nil, nil, verbs.AccessLocalWrite); !errors.Is(err, verbs.ErrInvalidArgument) {
+		t.Fatalf("rereg of a fast-reg MR: %v", err)
+	}
+	bmr, _ := pd2.RegMR(make([]byte, 64), verbs.AccessLocalWrite|verbs.AccessMWBind)
+	mw, _ := verbs.AllocMW(pd2, verbs.MWType1)
+	ta, _ = mmConn(t, &mmDev{a.dev, pd2}, b)
+	if _, err := mw.Bind(ta.qp, 1, verbs.SendSignaled, verbs.MWBind{MR: bmr, Addr: bmr.Addr(), Length: 64, Access: verbs.AccessRemoteRead}); err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, "bind", ta.wait(t), verbs.WCSuccess)
+	if err := verbs.Rereg(bmr, verbs.ReregAccess, nil, nil, verbs.AccessLocalWrite); !errors.Is(err, verbs.ErrBusy) {
+		t.Fatalf("rereg with a bound window: %v", err)
+	}
+}

@@ -146,7 +146,7 @@ func (pd *PD) RegMR(buf []byte, access verbs.AccessFlags) (verbs.MR, error) {
 	if len(buf) > 0 && access&verbs.AccessZeroBased == 0 {
 		mr.addr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
 	}
-	mr.m.Store(&mrMap{addr: mr.addr, length: uint64(len(buf)), access: access, frags: []mrFrag{{b: buf}}})
+	mr.m.Store(&mrMap{pd: pd, addr: mr.addr, length: uint64(len(buf)), access: access, frags: []mrFrag{{b: buf}}})
 	if err := pd.dev.keys.add(mr); err != nil {
 		return nil, err
 	}

@@ -214,7 +214,7 @@ func (q *QP) bind(wr *verbs.BindWR) bool {
 	}
 	if mr != nil {
 		m := mr.m.Load()
-		if mr.pd != mw.pd || m.access&verbs.AccessZeroBased != 0 || m.access&verbs.AccessMWBind == 0 { // C10-73
+		if m.pd != mw.pd || m.access&verbs.AccessZeroBased != 0 || m.access&verbs.AccessMWBind == 0 { // C10-73
 			return false
 		}
 		if access&(verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0 && m.access&verbs.AccessLocalWrite == 0 { // C10-74

@@ -78,12 +78,12 @@ func (q *QP) resolve(sgl []verbs.SGE, segs *[][]byte, write bool) verbs.WCStatus
 			continue
 		}
 		mr := q.dev.keys.lookup(e.LKey)
-		if mr == nil || mr.pd != q.pd {
+		if mr == nil {
 			*segs = s
 			return verbs.WCLocProtErr
 		}
 		m := mr.m.Load()
-		if write && m.access&verbs.AccessLocalWrite == 0 {
+		if m.pd != q.pd || (write && m.access&verbs.AccessLocalWrite == 0) {
 			*segs = s
 			return verbs.WCLocProtErr
 		}

@@ -188,3 +188,32 @@ func AllocMW(pd PD, typ MWType) (MW, error) {
 	}
 	return p.AllocMW(typ)
 }
+
+// RereggableMR is the optional MR interface for re-registration
+// (ibv_rereg_mr).
+type RereggableMR interface {
+	// Rereg changes what flags selects: the PD, the access rights, or
+	// the memory (buf). The keys stay the same. It fails with ErrBusy
+	// while memory windows are bound to the MR.
+	Rereg(flags ReregFlags, pd PD, buf []byte, access AccessFlags) error
+}
+
+// ReregFlags select what Rereg changes (ibv_rereg_mr_flags).
+type ReregFlags uint8
+
+// Re-registration flags, numbered as ibv_rereg_mr_flags.
+const (
+	ReregTranslation ReregFlags = 1 << 0 // buf
+	ReregPD          ReregFlags = 1 << 1
+	ReregAccess      ReregFlags = 1 << 2
+)
+
+// Rereg re-registers mr (ibv_rereg_mr); ErrNotSupported when the provider
+// cannot.
+func Rereg(mr MR, flags ReregFlags, pd PD, buf []byte, access AccessFlags) error {
+	r, ok := mr.(RereggableMR)
+	if !ok {
+		return fmt.Errorf("verbs: rereg MR: %w", ErrNotSupported)
+	}
+	return r.Rereg(flags, pd, buf, access)
+}

@@ -2,6 +2,9 @@
 
 package socklnd
 
+// KeepOff turns forwarding through pipes off (benchmarks).
+var KeepOff = &keepOff
+
 // KeptPipeSize exposes the pipe capacity for the fallback test.
 var KeptPipeSize = &keptPipeSize
 

@@ -5,6 +5,7 @@ package socklnd_test
 import (
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"softib/lnet"
@@ -174,4 +175,81 @@ func TestRoutedSockTshark(t *testing.T) {
 func nidIP(n lnetwire.NID) string {
 	a := n.Addr()
 	return fmt.Sprintf("%d.%d.%d.%d", byte(a>>24), byte(a>>16), byte(a>>8), byte(a))
+}
+
+// benchStream PUTs b.N payloads of size bytes from s to r, keeping
+// benchWindow in flight, and waits until r has them all.
+func benchStream(b *testing.B, s, r *inst, size int) {
+	var got atomic.Int64
+	var want atomic.Int64
+	done := make(chan struct{}, 1)
+	me, err := r.in.MEAttach(e2ePortal, lnetwire.ProcessIDAny, 0, ^uint64(0), lnet.Retain, lnet.InsAfter)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := r.in.MDAttach(me, lnet.MD{Start: make([]byte, size), Threshold: lnet.ThreshInf,
+		Options: lnet.MDOpPut | lnet.MDManageRemote, Handler: func(ev *lnet.Event) {
+			if ev.Type == lnet.EventPut && got.Add(1) == want.Load() {
+				done <- struct{}{}
+			}
+		}}, lnet.Retain); err != nil {
+		b.Fatal(err)
+	}
+	h, err := s.in.MDBind(lnet.MD{Start: socklnd.Pattern(size, 1), Threshold: lnet.ThreshInf, EQ: s.eq}, lnet.Retain)
+	if err != nil {
+		b.Fatal(err)
+	}
+	inflight := 0
+	reap := func() {
+		ev := poll(b, s)
+		if ev.Status != nil {
+			b.Fatalf("%v: %v", ev.Type, ev.Status)
+		}
+		if ev.Type == lnet.EventSend {
+			inflight--
+		}
+	}
+	run := func(n int) {
+		got.Store(0)
+		want.Store(int64(n))
+		for range n {
+			for inflight >= benchWindow {
+				reap()
+			}
+			if err := s.in.Put(lnetwire.NIDAny, h, lnet.AckReqNo, r.id(), e2ePortal, 0, 0, 0); err != nil {
+				b.Fatal(err)
+			}
+			inflight++
+		}
+		for inflight > 0 {
+			reap()
+		}
+		<-done
+	}
+	run(benchWindow) // connect and warm up
+	b.SetBytes(int64(size))
+	b.ResetTimer()
+	run(b.N)
+	b.StopTimer()
+}
+
+// BenchmarkRoutedSockPut1M: LNet PUT of 1 MiB in one process over
+// loopback: direct between two tcp nodes, through a router between tcp
+// and tcp1 that splices the payloads, and through the same router
+// copying them into its buffers (the path before splice).
+func BenchmarkRoutedSockPut1M(b *testing.B) {
+	b.Run("direct", func(b *testing.B) {
+		ips := socklnd.TestIPs(2)
+		benchStream(b, newInst(b, ips[0], socklnd.BaseConfig()), newInst(b, ips[1], socklnd.BaseConfig()), 1<<20)
+	})
+	b.Run("routed-splice", func(b *testing.B) {
+		rs := newRoutedSock(b, socklnd.BaseConfig())
+		benchStream(b, rs.a, rs.b, 1<<20)
+	})
+	b.Run("routed-copy", func(b *testing.B) {
+		*socklnd.KeepOff = true
+		defer func() { *socklnd.KeepOff = false }()
+		rs := newRoutedSock(b, socklnd.BaseConfig())
+		benchStream(b, rs.a, rs.b, 1<<20)
+	})
 }

@@ -37,12 +37,33 @@ type Globals struct {
 	// DeadRouterCheckInterval is how often a dead gateway is pinged to
 	// see it come back (dead_router_check_interval, default 60 s).
 	DeadRouterCheckInterval time.Duration
+
+	// Health (health.go). A Globals literal that leaves these zero turns
+	// health off as Lustre 2.12 did (no resends, no health decrement);
+	// DefaultGlobals has Lustre 2.17's values.
+
+	// RetryCount is how often a failed message is resent (retry_count,
+	// default 2).
+	RetryCount int
+	// HealthSensitivity is what a failure takes off a health value and
+	// a success adds back (health_sensitivity, default 100).
+	HealthSensitivity int
+	// RecoveryInterval is how often the recovery queues are walked
+	// (recovery_interval, default 1 s; 0 takes the default).
+	RecoveryInterval time.Duration
+	// RecoveryLimit stops pinging a peer NI not heard from for this long
+	// (recovery_limit; 0 never stops).
+	RecoveryLimit time.Duration
+	// MaxRecoveryPingInterval caps the backoff between recovery pings
+	// (max_recovery_ping_interval, default 900 s; 0 takes the default).
+	MaxRecoveryPingInterval time.Duration
 }
 
 // DefaultGlobals returns the settings a zero Config gets.
 func DefaultGlobals() Globals {
 	return Globals{LocalNIDDistZero: true, TransactionTimeout: 150 * time.Second, MaxInterfaces: 200, ResponseTracking: TrackBoth,
-		RouterPingTimeout: 50 * time.Second, LiveRouterCheckInterval: 60 * time.Second, DeadRouterCheckInterval: 60 * time.Second}
+		RouterPingTimeout: 50 * time.Second, LiveRouterCheckInterval: 60 * time.Second, DeadRouterCheckInterval: 60 * time.Second,
+		RetryCount: 2, HealthSensitivity: 100, RecoveryInterval: time.Second, MaxRecoveryPingInterval: 900 * time.Second}
 }
 
 // routerDefaults fills the router checker's zero durations.
@@ -57,6 +78,15 @@ func (g *Globals) routerDefaults() {
 	if g.DeadRouterCheckInterval <= 0 {
 		g.DeadRouterCheckInterval = d.DeadRouterCheckInterval
 	}
+	// Health intervals of 0 are not meaningful: defaults.
+	if g.RecoveryInterval <= 0 {
+		g.RecoveryInterval = d.RecoveryInterval
+	}
+	if g.MaxRecoveryPingInterval <= 0 {
+		g.MaxRecoveryPingInterval = d.MaxRecoveryPingInterval
+	}
+	g.RetryCount = max(0, g.RetryCount)
+	g.HealthSensitivity = min(max(0, g.HealthSensitivity), MaxHealthValue)
 }
 
 // withDefaults fills zero fields. LocalNIDDistZero and ResponseTracking
@@ -119,8 +149,10 @@ type Stats struct {
 	// ResponseTimeouts counts ACKs/REPLYs that did not come within
 	// TransactionTimeout (their MDs were unlinked).
 	ResponseTimeouts uint64
-	MEs              int // match entries attached now
-	MDs              int // memory descriptors alive now (including the ping MD)
+	// Health are Lustre 2.17's health counters (health.go).
+	Health HealthStats
+	MEs    int // match entries attached now
+	MDs    int // memory descriptors alive now (including the ping MD)
 }
 
 // Stats returns a snapshot of the counters (lnetctl stats show).
@@ -129,6 +161,8 @@ func (in *Instance) Stats() Stats {
 	defer in.mu.Unlock()
 	st := in.stats
 	st.MDs = len(in.mds)
+	st.Health = in.mr.hstats
+	st.Health.ResponseTimeoutCount = st.ResponseTimeouts
 	return st
 }
 
@@ -137,6 +171,7 @@ func (in *Instance) ResetStats() {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	in.stats = Stats{MsgsAlloc: in.stats.MsgsAlloc, MsgsMax: in.stats.MsgsAlloc, MEs: in.stats.MEs}
+	in.mr.hstats = HealthStats{}
 }
 
 // NetInfo describes one NI (lnetctl net show -v; /sys/kernel/debug/lnet/nis).
@@ -156,6 +191,17 @@ type NetInfo struct {
 	SendCount    uint64
 	RecvCount    uint64
 	DropCount    uint64
+	// Health (net show -v "health stats"): the health value, whether the
+	// LND reported a fatal error, the local failure counts, and the
+	// recovery pings (count of the current recovery, next one).
+	Health                                          int
+	FatalError                                      bool
+	Interrupts, Dropped, Aborted, NoRoute, Timeouts uint64
+	Errors                                          uint64
+	PingCount                                       uint32
+	NextPing                                        time.Time
+	// SelPriority is the UDSP selection priority (-1: none).
+	SelPriority int64
 }
 
 // Nets lists the NIs, 0@lo first.
@@ -174,6 +220,19 @@ func (in *Instance) Nets() []NetInfo {
 			TxCredits: ni.txCredits, MinTxCredits: ni.minTxCredits, MaxTxCredits: ni.maxTxCredits,
 			Queued: ni.txq.n, SendCount: ni.sendCount, RecvCount: ni.recvCount, DropCount: ni.dropCount,
 		})
+		info := &out[len(out)-1]
+		h := &ni.mr
+		info.Health, info.FatalError = int(h.health()), h.fatal
+		info.Interrupts, info.Dropped, info.Aborted = h.hs.interrupt, h.hs.dropped, h.hs.aborted
+		info.NoRoute, info.Timeouts, info.Errors = h.hs.noRoute, h.hs.timeout, h.hs.error
+		info.PingCount = h.rec.pingCount
+		if h.rec.queued {
+			info.NextPing = in.start.Add(time.Duration(h.rec.nextPing))
+		}
+		info.SelPriority = -1
+		if h.prioSet {
+			info.SelPriority = int64(h.selPriority)
+		}
 	}
 	return out
 }
@@ -207,6 +266,9 @@ func (in *Instance) Peers() []PeerInfo {
 	defer in.mu.Unlock()
 	out := make([]PeerInfo, 0, len(in.peers))
 	for _, p := range in.peers {
+		if p.ni == nil {
+			continue // not reachable directly (a remote peer's NID): no credits
+		}
 		st := "up"
 		switch {
 		case !p.aliveness():

@@ -85,6 +85,7 @@ type Instance struct {
 	routes     routeTable  // route.go
 	router     routerState // router.go
 	rc         rtrChecker  // rtrcheck.go
+	mr         mrState     // select.go, health.go, udsp.go
 }
 
 // netIface is the core's state of one NI (struct lnet_ni). Guarded by
@@ -112,6 +113,8 @@ type netIface struct {
 	// RouterPingTimeout + LiveRouterCheckInterval.
 	lastPinged int64
 	statusDown bool
+
+	mr niMR // Multi-Rail selection and health (select.go, health.go)
 
 	// calls counts driver calls in progress (Send, Recv, EagerRecv), so
 	// shutdown can wait for them before Driver.Shutdown.

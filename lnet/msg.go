@@ -5,9 +5,12 @@ package lnet
 //	Put/Get ──► sendLocked: pick NI and peer, take peer then NI credit
 //	             │  (no credit: wait FIFO on the peer's or NI's queue)
 //	             ▼
-//	           Driver.Send ──► ni.Finalize ──► finalize: return credits
-//	                                           (release queued messages),
-//	                                           SEND event, free
+//	           Driver.Send ──► ni.Finalize ──► finalize: health check
+//	                                           (health.go: a failure may be
+//	                                           resent on another path),
+//	                                           return credits (release
+//	                                           queued messages), SEND
+//	                                           event, free
 //	Driver ──► ni.Parse ──► match ──► Driver.Recv ──► ni.Finalize ──►
 //	           finalize: PUT/REPLY/ACK event; a PUT wanting an ACK turns
 //	           into the ACK send; a matched GET turns into the REPLY send
@@ -56,6 +59,18 @@ type message struct {
 	rtrCredit     bool      // holds a pool buffer credit
 	peerRtrCredit bool      // holds a peer router credit
 	rxDelayed     bool      // waited for router credits (Recv is delayed)
+
+	// Health and resends (health.go): the source NID the caller asked
+	// for (msg_src_nid_param), resends so far, the deadline for resends
+	// (ns since Instance.start), a health status set before the LND saw
+	// the message (fault.go's simulated errors; hsOK: classify the LND's
+	// status), and whether it may be resent at all.
+	srcParam lnetwire.NID
+	deadline int64
+	retries  uint8
+	hstatus  healthStatus
+	noResend bool
+	recovery bool // a recovery ping: exactly this NID, never resent
 
 	// Fault injection (fault.go): held by a delay rule until faultAt.
 	faultAt   time.Time
@@ -146,82 +161,40 @@ const (
 )
 
 // sendLocked is lnet_send: choose the NI and peer for m (unless a
-// response already has them), then post it.
+// response already has them), then post it. The first send records the
+// source asked for and the resend deadline.
 func (in *Instance) sendLocked(m *message, self lnetwire.NID) (sendResult, error) {
+	if m.retries == 0 {
+		m.srcParam = self
+		m.deadline = in.nowNS() + int64(in.globals.TransactionTimeout)
+	}
 	if err := in.selectPathLocked(m, self); err != nil {
+		m.noResend = true
 		return sendFail, err
 	}
 	return in.postSendLocked(m)
 }
 
-// selectPathLocked sets m.ni, m.peer, the header's src NID and the LND
-// target. Local destinations (own NIDs and 0@lo) go through the loopback
-// NI; others through an NI on the destination's net, or to a gateway
-// (route.go) when no local net has it. A response (m.ni already set,
-// from the request) goes back the way the request came.
-func (in *Instance) selectPathLocked(m *message, self lnetwire.NID) error {
-	dst := m.Hdr.DestNID
-	var ni *netIface
-	nextHop := dst
-	switch {
-	case dst == lnetwire.NIDLo0 || in.byNID[dst] != nil:
-		ni = in.lo
-		nextHop = lnetwire.NIDLo0
-		m.Hdr.SrcNID = dst
-	case m.ni != nil && !m.ni.lo && m.ni.net() == dst.Net():
-		ni = m.ni
-		if m.from != 0 {
-			nextHop = m.from
-		}
-		m.Hdr.SrcNID = ni.nid()
-	default:
-		var err error
-		if self != lnetwire.NIDAny {
-			ni = in.byNID[self]
-			if ni == nil {
-				return ErrInvalid
-			}
-			if ni.net() != dst.Net() {
-				// Source given, remote destination: a gateway on the
-				// source's net.
-				nextHop, _, err = in.routeLocked(m, dst.Net(), ni.net())
-			}
-		} else if ni = in.bestNILocked(dst.Net()); ni == nil {
-			nextHop, ni, err = in.routeLocked(m, dst.Net(), 0)
-		}
-		if err != nil {
-			return err
-		}
-		m.Hdr.SrcNID = ni.nid()
+// resendLocked is lnet_resend_msg_locked plus the resend queue's
+// lnet_send: give back m's credits and send it again, letting selection
+// (which now sees lower health where it failed) pick the path.
+func (in *Instance) resendLocked(m *message, out *pendings) pending {
+	in.returnCreditsLocked(m, out)
+	m.retries++
+	m.status = nil
+	m.hstatus = hsOK
+	m.dropped = false
+	m.queued = false
+	m.Msg.Target.NID = m.Hdr.DestNID
+	if m.Type == lnetwire.MsgGET && m.md != nil {
+		m.Sink = m.md.iov(0, int(m.Hdr.SinkLength)) // routing cleared it
 	}
-	if ni == nil || ni.down {
-		return lnd.ErrShutdown
+	if !isResponse(m) {
+		m.ni = nil
 	}
-	m.ni = ni
-	m.peer = in.peerLocked(nextHop, ni)
-	m.peer.refs++
-	pid := m.Hdr.DestPID
-	if nextHop != dst && !ni.lo {
-		pid = lnetwire.PIDLustre // the target is a router
-		m.Sink = lnd.IOV{}       // its REPLY comes back as a message
-	}
-	m.Msg.Target = lnetwire.ProcessID{NID: nextHop, PID: pid}
-	return nil
-}
-
-// bestNILocked picks the up NI on net with the most free tx credits
-// (lnet_get_best_ni without health/NUMA), the first on ties.
-func (in *Instance) bestNILocked(net lnetwire.Net) *netIface {
-	var best *netIface
-	for _, ni := range in.nis {
-		if ni.down || !ni.ready || ni.net() != net {
-			continue
-		}
-		if best == nil || ni.txCredits > best.txCredits {
-			best = ni
-		}
-	}
-	return best
+	in.mr.hstats.ResendCount++
+	r, err := in.sendLocked(m, m.srcParam)
+	return pending{m: m, r: r, err: err}
 }
 
 // postSendLocked is lnet_post_send_locked: peer credit first, then NI
@@ -397,6 +370,18 @@ func (in *Instance) finalize(m *message, status error) {
 	if p := m.peer; p != nil && p.down && m.status == nil && !m.rx {
 		// The LND delivered to a peer we thought dead: it is back.
 		in.setPeerAliveLocked(p, true, time.Now())
+	}
+	switch {
+	case !m.rx && !m.routing && m.ni != nil:
+		if in.txHealthLocked(m, m.status) {
+			next = in.resendLocked(m, &ps)
+			in.mu.Unlock()
+			in.runPending(&ps)
+			in.afterSend(next.m, next.r, next.err)
+			return
+		}
+	case m.rx && !m.routing && m.status == nil:
+		in.rxHealthLocked(m)
 	}
 	in.returnCreditsLocked(m, &ps)
 	switch {

@@ -27,7 +27,7 @@ package lnet
 //
 // API for discovery and configuration (all with Instance.mu held):
 //
-//	in.peerNILocked(nid) *peer           any NID → its peer NI, or nil
+//	in.peers[nid]                        any NID → its peer NI, or nil
 //	in.lpeerLocked(nid) *lpeer           any NID → its peer, or nil
 //	in.peerTrafficAddLocked(nid) *peer   find, or create as a traffic peer
 //	in.peerAddLocked(prim, flags)        lnet_peer_add: new peer (or
@@ -157,7 +157,6 @@ type peerHealth struct {
 	pending                                 bool  // a recovery ping is out
 	nextPing                                int64 // ns since Instance.start
 	pingCount                               uint32
-	since                                   int64 // ns since Instance.start when recovery began
 }
 
 // healthState returns p's health state, allocating it.
@@ -205,7 +204,6 @@ type peerDisc struct {
 	nodeSeqnoSent uint32 // lp_node_seqno_sent
 	err           error  // lp_dc_error: the last discovery's outcome
 	wait          chan struct{}
-	pendq         msgQueue // messages waiting for discovery
 }
 
 // isMR reports whether the peer is Multi-Rail.
@@ -250,9 +248,6 @@ func (lp *lpeer) netOf(net lnetwire.Net) *peerNet {
 // sends at once before one is let through to try again (a simplified
 // lnet_peer_alive_locked; LNDs report recovery with NotifyPeer).
 const peerRetryInterval = time.Second
-
-// peerNILocked returns the peer NI of nid, or nil.
-func (in *Instance) peerNILocked(nid lnetwire.NID) *peer { return in.peers[nid] }
 
 // lpeerLocked returns the peer owning nid, or nil.
 func (in *Instance) lpeerLocked(nid lnetwire.NID) *lpeer {
@@ -369,6 +364,7 @@ func (in *Instance) removePeerNILocked(p *peer) {
 		return
 	}
 	delete(in.peers, p.nid)
+	in.unqueueRecoveryLocked(p)
 }
 
 // peerTrafficAddLocked returns nid's peer NI, creating it as a new
@@ -679,7 +675,7 @@ func (in *Instance) peerAliveLocked(p *peer) bool {
 			return true
 		}
 	}
-	now := int64(time.Since(in.start))
+	now := in.nowNS()
 	if now-p.downAt >= int64(peerRetryInterval) {
 		p.downAt = now // let this one through; the next waits again
 		return true
@@ -915,6 +911,9 @@ func (in *Instance) PeerList() []PeerDetail {
 	defer in.mu.Unlock()
 	out := make([]PeerDetail, 0, len(in.lpeers))
 	for _, lp := range in.lpeers {
+		if lp.primary == lnetwire.NIDLo0 {
+			continue // the loopback NI's peer entry
+		}
 		out = append(out, in.peerDetailLocked(lp))
 	}
 	slices.SortFunc(out, func(a, b PeerDetail) int { return cmpNID(a.Primary, b.Primary) })

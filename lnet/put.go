@@ -72,6 +72,12 @@ func (in *Instance) Put(self lnetwire.NID, mdh MDHandle, ack AckReq, target lnet
 // MD is unlinked with an UNLINK event carrying ErrTimeout (response
 // tracking), or callers time out earlier and MDUnlink.
 func (in *Instance) Get(self lnetwire.NID, mdh MDHandle, target lnetwire.ProcessID, portal int, matchBits uint64, offset int) error {
+	return in.get(self, mdh, target, portal, matchBits, offset, false)
+}
+
+// get is Get; recovery marks a health recovery ping (health.go), sent to
+// exactly target's NID and never resent.
+func (in *Instance) get(self lnetwire.NID, mdh MDHandle, target lnetwire.ProcessID, portal int, matchBits uint64, offset int, recovery bool) error {
 	if portal < 0 || portal >= MaxPortals || offset < 0 || uint64(offset) > 0xFFFFFFFF {
 		return ErrInvalid
 	}
@@ -105,6 +111,7 @@ func (in *Instance) Get(self lnetwire.NID, mdh MDHandle, target lnetwire.Process
 		MDHandle: mdh, MD: md.user, Sender: lnetwire.NIDAny,
 	}
 	m.hasEvent = true
+	m.recovery = recovery
 	in.trackLocked(md, TrackGet)
 	r, err := in.sendLocked(m, self)
 	if err == nil {

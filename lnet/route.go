@@ -275,14 +275,14 @@ func (in *Instance) findRouteLocked(net, srcNet lnetwire.Net) *route {
 	}
 	var best *route
 	var bestQnob int64
-	var bestCred int32
+	var bestCred, bestHealth int32
 	var lastSeq uint64
 	for _, r := range rn.routes {
 		if !in.routeAliveLocked(r) || (srcNet != 0 && r.gw.nid.Net() != srcNet) {
 			continue
 		}
 		lastSeq = max(lastSeq, r.seq)
-		qnob, cred := in.gatewayLoadLocked(r.gw)
+		health, qnob, cred := in.gatewayLoadLocked(r.gw, srcNet)
 		if best != nil {
 			switch {
 			case r.priority > best.priority:
@@ -292,16 +292,17 @@ func (in *Instance) findRouteLocked(net, srcNet lnetwire.Net) *route {
 				case r.effHops() > best.effHops():
 					continue
 				case r.effHops() == best.effHops():
-					// lnet_compare_gw_lpnis: queued bytes, then credits,
-					// then the route used least recently.
-					if qnob > bestQnob || (qnob == bestQnob && cred < bestCred) ||
-						(qnob == bestQnob && cred == bestCred && r.seq >= best.seq) {
+					// lnet_compare_gw_lpnis: health, queued bytes, then
+					// credits, then the route used least recently.
+					if health < bestHealth || (health == bestHealth && (qnob > bestQnob ||
+						(qnob == bestQnob && cred < bestCred) ||
+						(qnob == bestQnob && cred == bestCred && r.seq >= best.seq))) {
 						continue
 					}
 				}
 			}
 		}
-		best, bestQnob, bestCred = r, qnob, cred
+		best, bestHealth, bestQnob, bestCred = r, health, qnob, cred
 	}
 	if best != nil {
 		best.seq = lastSeq + 1
@@ -309,16 +310,17 @@ func (in *Instance) findRouteLocked(net, srcNet lnetwire.Net) *route {
 	return best
 }
 
-// gatewayLoadLocked returns the queued bytes and free credits of the
-// gateway's peer NI (an unused gateway: nothing queued, full credits).
-func (in *Instance) gatewayLoadLocked(gw *gateway) (int64, int32) {
-	if p := in.peers[gw.nid]; p != nil {
-		return p.txqnob, p.txCredits
+// gatewayLoadLocked returns the health, queued bytes and free credits of
+// the gateway's best peer NI on srcNet (select.go bestGatewayNILocked;
+// an unused gateway: healthy, nothing queued, full credits).
+func (in *Instance) gatewayLoadLocked(gw *gateway, srcNet lnetwire.Net) (int32, int64, int32) {
+	if p := in.peers[in.bestGatewayNILocked(gw.nid, srcNet)]; p != nil && p.ni != nil {
+		return p.health, p.txqnob, p.txCredits
 	}
 	if ni := in.bestNILocked(gw.nid.Net()); ni != nil {
-		return 0, int32(ni.ni.Tunables.PeerCredits)
+		return MaxHealthValue, 0, int32(ni.ni.Tunables.PeerCredits)
 	}
-	return 0, 0
+	return 0, 0, 0
 }
 
 // routeLocked picks the next hop for m to the remote net: a response
@@ -337,14 +339,16 @@ func (in *Instance) routeLocked(m *message, net, srcNet lnetwire.Net) (lnetwire.
 	if r == nil {
 		return 0, nil, fmt.Errorf("%w: %v", ErrNoRoute, net)
 	}
-	ni := in.bestNILocked(r.gw.nid.Net())
+	// A Multi-Rail gateway: its best NI (select.go).
+	gwNID := in.bestGatewayNILocked(r.gw.nid, srcNet)
+	ni := in.bestNILocked(gwNID.Net())
 	if srcNet != 0 {
 		ni = in.firstNIOnLocked(srcNet)
 	}
 	if ni == nil {
 		return 0, nil, fmt.Errorf("%w: %v", ErrNoRoute, net)
 	}
-	return r.gw.nid, ni, nil
+	return gwNID, ni, nil
 }
 
 // firstNIOnLocked returns the first up NI on net.

@@ -502,3 +502,54 @@ func TestRereg(t *testing.T) {
 		t.Fatalf("rereg with a bound window: %v", err)
 	}
 }
+
+// TestMemMgtZeroAllocs: WRITEs and READs through a two-fragment fast-reg
+// MR and through a type 2 window allocate nothing per packet (REG_MR and
+// MapMRSG allocate per registration, not per packet).
+func TestMemMgtZeroAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under -race (sync.Pool drops items)")
+	}
+	a, b := mmOpen(t), mmOpen(t)
+	back := mmAligned(4 * 4096)
+	backMR, _ := a.pd.RegMR(back, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessMWBind)
+	fmr, err := verbs.AllocMR(a.pd, verbs.MRTypeMemReg, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmr.MapMRSG([]verbs.SGE{backMR.SGE(0, 4096), backMR.SGE(2*4096, 4096)}, 0, 4096)
+	ta, tb := mmConn(t, a, b)
+	fkey := verbs.IncKey(fmr.RKey())
+	wantStatus(t, "REG_MR", ta.do(t, verbs.SendWR{Opcode: verbs.WRRegMR, Reg: verbs.RegWR{MR: fmr, Key: fkey,
+		Access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead}}), verbs.WCSuccess)
+	mw, _ := verbs.AllocMW(a.pd, verbs.MWType2)
+	wkey := verbs.IncKey(mw.RKey())
+	wantStatus(t, "BIND_MW", ta.do(t, verbs.SendWR{Opcode: verbs.WRBindMW, BindMW: verbs.BindWR{MW: mw, RKey: wkey,
+		Bind: verbs.MWBind{MR: backMR, Addr: backMR.Addr() + 3*4096, Length: 4096, Access: verbs.AccessRemoteWrite | verbs.AccessRemoteRead}}}), verbs.WCSuccess)
+	src := make([]byte, 8192)
+	srcMR, _ := b.pd.RegMR(src, verbs.AccessLocalWrite)
+	wrs := []verbs.SendWR{
+		{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{srcMR.SGE(0, 8192)}, RemoteAddr: fmr.IOVA(), RKey: fkey},
+		{Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SGL: []verbs.SGE{srcMR.SGE(0, 6000)}, RemoteAddr: fmr.IOVA() + 1000, RKey: fkey},
+		{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{srcMR.SGE(0, 4096)}, RemoteAddr: backMR.Addr() + 3*4096, RKey: wkey},
+		{Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SGL: []verbs.SGE{srcMR.SGE(0, 2048)}, RemoteAddr: backMR.Addr() + 3*4096 + 1024, RKey: wkey},
+	}
+	wc := make([]verbs.WC, 1)
+	round := func() {
+		for i := range wrs {
+			tb.qp.PostSend(wrs[i : i+1])
+			for n, _ := tb.cq.Poll(wc); n == 0; n, _ = tb.cq.Poll(wc) {
+				time.Sleep(20 * time.Microsecond)
+			}
+			if wc[0].Status != verbs.WCSuccess {
+				t.Fatalf("wr %d: %v", i, wc[0].Status)
+			}
+		}
+	}
+	for range 20 {
+		round() // warm pools and rings
+	}
+	if n := testing.AllocsPerRun(30, round); n != 0 {
+		t.Fatalf("%v allocations per round of fast-reg and window WRITE+READ", n)
+	}
+}

@@ -81,13 +81,22 @@ func runPerf(t perftest.Test, args []string) int {
 	ctx, cancel := toolContext()
 	defer cancel()
 	rows, err := perftest.Run(ctx, d, cfg)
-	if err != nil {
+	interrupted := err != nil && ctx.Err() != nil
+	if err != nil && !interrupted {
 		return fail(name, err)
 	}
 	if *asJSON {
-		if err := writeJSON(os.Stdout, map[string]any{"test": t.String(), "server": cfg.Host == "", "results": rows}); err != nil {
+		doc := map[string]any{"test": t.String(), "server": cfg.Host == "", "results": rows}
+		if interrupted {
+			doc["interrupted"] = true
+		}
+		if err := writeJSON(os.Stdout, doc); err != nil {
 			return fail(name, err)
 		}
+	}
+	if interrupted {
+		fmt.Fprintf(os.Stderr, "softib %s: interrupted\n", name)
+		return exitInterrupted
 	}
 	return 0
 }

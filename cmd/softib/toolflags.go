@@ -14,6 +14,10 @@ import (
 	"softib/tools/devsel"
 )
 
+// exitInterrupted is the exit code of a tool stopped by SIGINT or SIGTERM
+// (128 + SIGINT, as a shell reports it).
+const exitInterrupted = 130
+
 // toolContext returns a context cancelled by SIGINT/SIGTERM.
 func toolContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

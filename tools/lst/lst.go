@@ -829,19 +829,22 @@ func (l *lst) stat(ctx context.Context, args []string) int {
 
 // QuickResult is the JSON document of `lst quick --json`.
 type QuickResult struct {
-	Test     selftest.TestSpec       `json:"test"`
-	Clients  []string                `json:"clients"`
-	Servers  []string                `json:"servers"`
-	Seconds  float64                 `json:"seconds"`
-	Samples  [][]selftest.GroupStats `json:"samples"`
-	RPCs     uint64                  `json:"rpcs"`        // test RPCs completed by the clients
-	RPCRate  float64                 `json:"rpcs_per_s"`  // over the whole run
-	MiBRate  float64                 `json:"mib_per_s"`   // brw payload over the whole run
-	Errors   uint64                  `json:"errors"`      // failed and expired test RPCs on all nodes
-	BRWErr   uint64                  `json:"brw_errors"`  // data mismatches and failed brw RPCs
-	Down     []string                `json:"unreachable"` // nodes that stopped answering
-	OK       bool                    `json:"ok"`
-	Problems []string                `json:"problems,omitempty"`
+	Test    selftest.TestSpec       `json:"test"`
+	Clients []string                `json:"clients"`
+	Servers []string                `json:"servers"`
+	Seconds float64                 `json:"seconds"`
+	Samples [][]selftest.GroupStats `json:"samples"`
+	RPCs    uint64                  `json:"rpcs"`        // test RPCs completed by the clients
+	RPCRate float64                 `json:"rpcs_per_s"`  // over the whole run
+	MiBRate float64                 `json:"mib_per_s"`   // brw payload over the whole run
+	Errors  uint64                  `json:"errors"`      // failed and expired test RPCs on all nodes
+	BRWErr  uint64                  `json:"brw_errors"`  // data mismatches and failed brw RPCs
+	Down    []string                `json:"unreachable"` // nodes that stopped answering
+	OK      bool                    `json:"ok"`
+	// Interrupted is set when SIGINT/SIGTERM cut the run short; the
+	// totals cover the time it ran.
+	Interrupted bool     `json:"interrupted,omitempty"`
+	Problems    []string `json:"problems,omitempty"`
 }
 
 func (l *lst) quick(ctx context.Context, args []string) int {
@@ -990,6 +993,7 @@ func (l *lst) quick(ctx context.Context, args []string) int {
 		problem("no test RPC completed")
 	}
 	res.OK = len(res.Problems) == 0
+	res.Interrupted = ctx.Err() != nil
 	if *asJSON {
 		b, _ := json.MarshalIndent(&res, "", "  ")
 		fmt.Fprintf(l.out, "%s\n", b)
@@ -1000,11 +1004,19 @@ func (l *lst) quick(ctx context.Context, args []string) int {
 			fmt.Fprintf(l.errw, "lst quick: %s\n", p)
 		}
 	}
+	if res.Interrupted {
+		fmt.Fprintf(l.errw, "lst quick: interrupted after %.2fs; the totals above cover that time\n", res.Seconds)
+		return ExitInterrupted
+	}
 	if !res.OK {
 		return 1
 	}
 	return 0
 }
+
+// ExitInterrupted is the exit code of a run stopped by SIGINT/SIGTERM
+// (128 + SIGINT, as a shell reports it).
+const ExitInterrupted = 130
 
 // waitIdle waits at most d for a batch to stop.
 func waitIdle(ctx context.Context, c *selftest.Console, batch string, d time.Duration) error {

@@ -1,6 +1,7 @@
 package perftest
 
 import (
+	"errors"
 	"context"
 	"fmt"
 	"runtime"
@@ -149,6 +150,10 @@ func (e *Engine) fillWR(wr *verbs.SendWR, sge *[1]verbs.SGE, qi, size, k int, si
 	}
 }
 
+// ErrInterrupted reports a test stopped by its context (Ctrl-C); the
+// sample returned with it covers what completed.
+var ErrInterrupted = errors.New("interrupted")
+
 // BW runs the requester side of a bandwidth test: iters messages of size
 // on every QP (or until deadline, when not zero), at most TxDepth in
 // flight per QP.
@@ -209,6 +214,13 @@ func (e *Engine) BW(ctx context.Context, size, iters int, deadline time.Time) (*
 		}
 		c, err := e.sendW.Wait(ctx, e.wcs)
 		if err != nil {
+			if ctx.Err() != nil && done > 0 {
+				// Interrupted (Ctrl-C): what completed so far is a
+				// result of its own.
+				s.Iters = uint64(done)
+				s.Elapsed = time.Duration(s.Completed[len(s.Completed)-1].T - s.Posted[0])
+				return s, fmt.Errorf("%w after %d of %d messages: %w", ErrInterrupted, done, total, ctx.Err())
+			}
 			return nil, fmt.Errorf("poll send CQ after %d/%d completions: %w", done, total, err)
 		}
 		now := time.Since(s.Start).Nanoseconds()

@@ -400,6 +400,10 @@ func run(ctx context.Context, dev verbs.Device, cfg *Config, p *Proto, client bo
 		var last Row
 		for _, size := range cfg.sizes() {
 			s, err := e.BW(ctx, size, cfg.Iters, deadline())
+			if errors.Is(err, ErrInterrupted) {
+				emit(BWRow(t, s, cfg.ReportGbits))
+				fmt.Fprintf(cfg.Out, " interrupted: the row above is a partial result (%d iterations)\n", s.Iters)
+			}
 			if err != nil {
 				return rows, err
 			}
@@ -433,6 +437,10 @@ func run(ctx context.Context, dev verbs.Device, cfg *Config, p *Proto, client bo
 				s, err = e.BW(ctx, size, cfg.Iters, deadline())
 			} else {
 				s, err = e.RecvBW(ctx, size, cfg.Iters, deadline())
+			}
+			if errors.Is(err, ErrInterrupted) {
+				emit(BWRow(t, s, cfg.ReportGbits))
+				fmt.Fprintf(cfg.Out, " interrupted: the row above is a partial result (%d iterations)\n", s.Iters)
 			}
 			if err != nil {
 				return rows, err

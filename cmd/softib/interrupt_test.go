@@ -1,0 +1,139 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"softib/tools/loopaddr"
+)
+
+// lockedBuf is a goroutine-safe output buffer for a child process.
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startProc starts `bin args...`, killed at the test's end.
+func startProc(t *testing.T, bin string, args ...string) (*exec.Cmd, *lockedBuf, *lockedBuf) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), netnsGuard)
+	cmd := exec.CommandContext(ctx, bin, args...)
+	out, errb := &lockedBuf{}, &lockedBuf{}
+	cmd.Stdout, cmd.Stderr = out, errb
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		_ = cmd.Wait()
+	})
+	return cmd, out, errb
+}
+
+// waitFor waits (hang guard only) until buf holds want.
+func waitFor(t *testing.T, what string, buf *lockedBuf, want string) {
+	t.Helper()
+	deadline := time.Now().Add(netnsGuard)
+	for !strings.Contains(buf.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no %q in:\n%s", what, want, buf)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// exitCode waits for cmd and returns its exit code.
+func exitCode(t *testing.T, cmd *exec.Cmd) int {
+	t.Helper()
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return 0
+}
+
+// TestCLIPerfInterrupt: Ctrl-C during a perf client run prints the
+// partial result and exits 130.
+func TestCLIPerfInterrupt(t *testing.T) {
+	bin := buildSoftib(t)
+	port := freePort(t)
+	srv := loopaddr.Next().String()
+	_, sout, _ := startProc(t, bin, "write_bw", "--addr", srv, "-p", port, "-n", "100000000", "-s", "4096")
+	waitFor(t, "server", sout, "Waiting for client")
+	cli, cout, cerr := startProc(t, bin, "write_bw", "--addr", loopaddr.Next().String(), "-p", port, "-n", "100000000", "-s", "4096", srv)
+	waitFor(t, "client", cout, "#bytes")
+	time.Sleep(300 * time.Millisecond) // let some messages complete: not asserted on
+	if err := cli.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitCode(t, cli); code != exitInterrupted || !strings.Contains(cout.String(), "partial result") || !strings.Contains(cerr.String(), "interrupted") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, cout, cerr)
+	}
+}
+
+// startLnetd starts an lnetd on ip (tcp, acceptor on port) with a control
+// socket of its own and waits until it is ready.
+func startLnetd(t *testing.T, bin, ip, port string) (*exec.Cmd, string) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg, sock := dir+"/lnet.yaml", dir+"/lnetd.sock"
+	yaml := "net:\n    - net type: tcp\n      local NI(s):\n        - interfaces:\n              0: " + ip +
+		"\nglobal:\n    accept_port: " + port + "\n    accept: all\n"
+	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd, out, errb := startProc(t, bin, "lnetd", "--config", cfg, "--socket", sock)
+	deadline := time.Now().Add(netnsGuard)
+	for !strings.Contains(out.String()+errb.String(), "lnetd: ready") {
+		if time.Now().After(deadline) {
+			t.Fatalf("lnetd on %s not ready:\n%s%s", ip, out, errb)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return cmd, sock
+}
+
+// TestCLILstInterrupt: Ctrl-C during lst quick stops the test, prints the
+// totals so far and exits 130.
+func TestCLILstInterrupt(t *testing.T) {
+	bin := buildSoftib(t)
+	port := freePort(t)
+	a, b := loopaddr.Next().String(), loopaddr.Next().String()
+	startLnetd(t, bin, a, port)
+	startLnetd(t, bin, b, port)
+	lst, out, errb := startProc(t, bin, "lst", "quick", "--if", loopaddr.Next().String(), "--port", port,
+		"--from", a+"@tcp", "--to", b+"@tcp", "--seconds", "60", "--delay", "0.2", "brw", "write", "size=64K")
+	waitFor(t, "lst", out, "[LNet Rates of clients]")
+	if err := lst.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitCode(t, lst); code != exitInterrupted || !strings.Contains(out.String(), "[Total]") || !strings.Contains(errb.String(), "interrupted") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errb)
+	}
+}

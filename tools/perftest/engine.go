@@ -1,8 +1,8 @@
 package perftest
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"time"

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -135,5 +136,28 @@ func TestCLILstInterrupt(t *testing.T) {
 	}
 	if code := exitCode(t, lst); code != exitInterrupted || !strings.Contains(out.String(), "[Total]") || !strings.Contains(errb.String(), "interrupted") {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errb)
+	}
+}
+
+// TestCLILnetdSignals: lnetd logs and ignores SIGHUP (it keeps serving)
+// and removes its control socket when it ends.
+func TestCLILnetdSignals(t *testing.T) {
+	bin := buildSoftib(t)
+	d, sock := startLnetd(t, bin, loopaddr.Next().String(), freePort(t))
+	if err := d.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	// A command answered after the SIGHUP: lnetd is still serving.
+	if out, err := exec.Command(bin, "lnetctl", "--socket", sock, "net", "show").CombinedOutput(); err != nil {
+		t.Fatalf("lnetctl after SIGHUP: %v\n%s", err, out)
+	}
+	if err := d.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitCode(t, d); code != 0 {
+		t.Fatalf("lnetd exit %d", code)
+	}
+	if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("socket left behind: %v", err)
 	}
 }

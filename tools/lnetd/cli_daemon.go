@@ -16,7 +16,7 @@ import (
 
 // RunDaemon is `softib lnetd`: it parses flags, starts the node from the
 // YAML configuration, serves the control socket and runs until SIGINT or
-// SIGTERM (or ctx ends). It returns the exit code: 2 for a bad command
+// SIGTERM (or ctx ends); SIGHUP is ignored. It returns the exit code: 2 for a bad command
 // line or configuration, 1 for a failure to start.
 func RunDaemon(ctx context.Context, args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("lnetd", flag.ContinueOnError)
@@ -30,7 +30,9 @@ func RunDaemon(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: softib lnetd [--config lnet.yaml] [--socket PATH]\n\n"+
 			"Runs an LNet node (loopback + tcp) configured from YAML and serves\n"+
-			"`softib lnetctl` on a local control socket.\n\n")
+			"`softib lnetctl` on a local control socket. SIGINT/SIGTERM stop it (the\n"+
+			"socket is removed); SIGHUP is logged and ignored: the configuration\n"+
+			"changes through lnetctl, not by rereading the file.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -114,17 +116,29 @@ func RunDaemon(ctx context.Context, args []string, stderr io.Writer) int {
 	log.Info("lnetd: ready", "socket", *sock, "nids", strs, "pid", os.Getpid())
 
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	// SIGHUP (a closed terminal, a reload by habit) is logged and
+	// ignored: the configuration changes through lnetctl, not by
+	// rereading the file; the default action would kill lnetd and leave
+	// its socket behind.
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 	code := 0
-	select {
-	case s := <-sigs:
-		log.Info("lnetd: shutting down", "signal", s.String())
-	case <-ctx.Done():
-		log.Info("lnetd: shutting down")
-	case err := <-served:
-		log.Error("lnetd: control socket failed", "err", err)
-		code = 1
+wait:
+	for {
+		select {
+		case s := <-sigs:
+			if s == syscall.SIGHUP {
+				log.Info("lnetd: SIGHUP ignored (lnetd does not reread its configuration: change it with softib lnetctl)")
+				continue
+			}
+			log.Info("lnetd: shutting down", "signal", s.String())
+		case <-ctx.Done():
+			log.Info("lnetd: shutting down")
+		case err := <-served:
+			log.Error("lnetd: control socket failed", "err", err)
+			code = 1
+		}
+		break wait
 	}
 	ln.Close()
 	srv.Close()

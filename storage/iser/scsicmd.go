@@ -3,6 +3,7 @@ package iser
 import (
 	"encoding/binary"
 	"fmt"
+	"time"
 
 	"softib/rdmarw"
 	"softib/storage/scsi"
@@ -54,14 +55,14 @@ func (c *conn) scsiCommand(m Message) {
 	c.mu.Lock()
 	c.inflight++
 	c.mu.Unlock()
-	select {
-	case tk.slot = <-c.dataFree:
-	default:
+	slot, ok := slotFrom(c.dataFree)
+	if !ok {
 		// The window keeps this from happening with a correct
 		// initiator.
 		c.respond(&tk, scsi.Result{Status: scsi.StatusTaskSetFull}, nil)
 		return
 	}
+	tk.slot = slot
 	tk.imm = copy(c.data(tk.slot), m.Data)
 	st, ok := c.t.scsi.Begin(c, tk.lun, uint64(tk.itt))
 	if !ok {
@@ -244,3 +245,25 @@ func (c *conn) tmf(m Message) {
 }
 
 var closedCh = func() <-chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// slotFrom takes a data buffer. A command within the window can arrive
+// just before the task whose response opened the window returns its
+// buffer (it posts the response first, then lets go), so it waits a
+// little; that task needs nothing from the CQ worker any more, so the
+// wait cannot deadlock. Only an initiator overrunning its window waits
+// the whole bound and gets TASK SET FULL.
+func slotFrom(free chan int) (int, bool) {
+	select {
+	case s := <-free:
+		return s, true
+	default:
+	}
+	t := time.NewTimer(100 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case s := <-free:
+		return s, true
+	case <-t.C:
+		return 0, false
+	}
+}

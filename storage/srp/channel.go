@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"time"
 
 	"softib/rdmacm"
 	"softib/rdmarw"
@@ -283,12 +284,13 @@ func (c *channel) receive(b []byte) {
 			c.respond(tk.cmd.Tag, scsi.Result{Status: scsi.StatusCheckCondition, Sense: scsi.SenseInvalidFieldCDB}, 0, 0, nil)
 			return
 		}
-		select {
-		case tk.slot = <-c.dataFree:
-		default:
+		slot, ok := slotFrom(c.dataFree)
+		if !ok {
+			// Only an initiator overrunning its request limit gets here.
 			c.respond(tk.cmd.Tag, scsi.Result{Status: scsi.StatusTaskSetFull}, 0, 0, nil)
 			return
 		}
+		tk.slot = slot
 		st, ok := c.t.scsi.Begin(c, tk.lun, binary.BigEndian.Uint64(tk.cmd.Tag[:]))
 		if !ok {
 			c.dataFree <- tk.slot
@@ -520,3 +522,24 @@ func (c *channel) tmf(tm TskMgmt) {
 }
 
 var closedCh = func() <-chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// slotFrom takes a data buffer. An IU within the request limit can
+// arrive just before the task whose SRP_RSP returned the credit lets go
+// of its buffer (it posts the response first), so it waits a little;
+// that task needs nothing from the CQ worker any more, so the wait cannot
+// deadlock.
+func slotFrom(free chan int) (int, bool) {
+	select {
+	case s := <-free:
+		return s, true
+	default:
+	}
+	t := time.NewTimer(100 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case s := <-free:
+		return s, true
+	case <-t.C:
+		return 0, false
+	}
+}

@@ -80,12 +80,20 @@ func runDemo(args []string) int {
 	ctx, cancel := toolContext()
 	defer cancel()
 	rep, err := demo.RunStack(ctx, cfg)
+	interrupted := ctx.Err() != nil
+	rep.Interrupted = interrupted
 	if *asJSON {
 		if werr := writeJSON(os.Stdout, rep); werr != nil && err == nil {
 			err = werr
 		}
 	} else if len(rep.Selftest) > 0 {
 		demo.WriteReport(os.Stdout, rep)
+	}
+	if interrupted {
+		if len(rep.Selftest) == 0 && !*asJSON {
+			fmt.Fprintf(os.Stderr, "softib demo: interrupted\n")
+		}
+		return exitInterrupted
 	}
 	if err != nil {
 		if !errors.Is(err, demo.ErrAddrInUse) && ctx.Err() == nil {
@@ -117,6 +125,10 @@ func runDemoRDMA(cfg demo.Config, asJSON bool) int {
 	start := time.Now()
 	rows, err := demo.Sweep(ctx, a, b, cfg)
 	bar.Finish()
+	if ctx.Err() != nil {
+		fmt.Fprintf(os.Stderr, "softib demo: interrupted\n")
+		return exitInterrupted
+	}
 	if err != nil {
 		return fail("demo", err)
 	}

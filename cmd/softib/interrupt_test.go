@@ -161,3 +161,26 @@ func TestCLILnetdSignals(t *testing.T) {
 		t.Fatalf("socket left behind: %v", err)
 	}
 }
+
+// TestCLIDemoInterrupt: Ctrl-C during the demo reports "interrupted", not
+// FAILED, and exits 130.
+func TestCLIDemoInterrupt(t *testing.T) {
+	bin := buildSoftib(t)
+	nodes := []string{loopaddr.Next().String(), loopaddr.Next().String(), loopaddr.Next().String()}
+	d, out, errb := startProc(t, bin, "demo", "--addrs", strings.Join(nodes, ","), "--port", "0",
+		"--addr-a", loopaddr.Next().String(), "--addr-b", loopaddr.Next().String())
+	deadline := time.Now().Add(netnsGuard)
+	for errb.String() == "" && out.String() == "" { // the progress bar has started
+		if time.Now().After(deadline) {
+			t.Fatal("demo printed nothing")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := d.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	all := func() string { return out.String() + errb.String() }
+	if code := exitCode(t, d); code != exitInterrupted || !strings.Contains(all(), "interrupted") || strings.Contains(all(), "FAILED") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errb)
+	}
+}

@@ -52,6 +52,9 @@ type Report struct {
 	RDMADevices []string       `json:"rdma_devices,omitempty"`
 	Seconds     float64        `json:"seconds"`
 	OK          bool           `json:"ok"`
+	// Interrupted is set when SIGINT/SIGTERM stopped the demo (the rows
+	// so far are reported; OK stays false).
+	Interrupted bool `json:"interrupted,omitempty"`
 }
 
 type noProgress struct{}
@@ -158,5 +161,9 @@ func WriteReport(w io.Writer, r *Report) {
 		fmt.Fprintf(w, "\nRDMA verbs sweep, RC, %s <-> %s:\n\n", r.RDMADevices[0], r.RDMADevices[1])
 		WriteTable(w, r.RDMA)
 	}
-	fmt.Fprintf(w, "\nsoftib demo: %s in %.1f s\n", map[bool]string{true: "OK", false: "FAILED"}[r.OK], r.Seconds)
+	verdict := map[bool]string{true: "OK", false: "FAILED"}[r.OK]
+	if r.Interrupted {
+		verdict = "interrupted"
+	}
+	fmt.Fprintf(w, "\nsoftib demo: %s in %.1f s\n", verdict, r.Seconds)
 }

@@ -41,6 +41,11 @@ var (
 	peerMinRtr    = desc("softib_lnet_peer_min_rtr_credits", "Low-water mark of the peer's router credits.", peerLabels...)
 	peerQueueLen  = desc("softib_lnet_peer_queue_len", "Messages queued for the peer.", peerLabels...)
 	peerQueueB    = desc("softib_lnet_peer_queue_bytes", "Bytes queued for the peer.", peerLabels...)
+	niHealth      = desc("softib_lnet_ni_health", "NI health value (1000 is fully healthy; lnetctl net show -v health value).", niLabels...)
+	niFatal       = desc("softib_lnet_ni_fatal_error", "1 when the LND reported a fatal error on the NI.", niLabels...)
+	niFailures    = desc("softib_lnet_ni_failures_total", "Local send failures on the NI by kind (net show -v health stats).", append(niLabels, "kind")...)
+	niPings       = desc("softib_lnet_ni_recovery_ping_count", "Recovery pings of the NI's current recovery.", niLabels...)
+	lnetHealth    = desc("softib_lnet_health_total", "LNet health counters by name (lnetctl stats show health fields).", "counter")
 	routeAlive    = desc("softib_lnet_route_up", "1 when the route is up.", routeLabels...)
 	routeHops     = desc("softib_lnet_route_hops", "Hops of the route.", routeLabels...)
 	routePrio     = desc("softib_lnet_route_priority", "Priority of the route (0 is the highest).", routeLabels...)
@@ -73,8 +78,27 @@ func (c lnetCollector) Collect(ch chan<- prometheus.Metric) {
 		k(lnetRouteLen, st.RouteLength)
 		k(lnetDropLen, st.DropLength)
 		k(lnetRespTimeout, st.ResponseTimeouts)
+		h := st.Health
+		for name, v := range map[string]uint64{
+			"resend_count": h.ResendCount, "response_timeout_count": h.ResponseTimeoutCount,
+			"local_interrupt_count": h.LocalInterruptCount, "local_dropped_count": h.LocalDroppedCount,
+			"local_aborted_count": h.LocalAbortedCount, "local_no_route_count": h.LocalNoRouteCount,
+			"local_timeout_count": h.LocalTimeoutCount, "local_error_count": h.LocalErrorCount,
+			"remote_dropped_count": h.RemoteDroppedCount, "remote_error_count": h.RemoteErrorCount,
+			"remote_timeout_count": h.RemoteTimeoutCount, "network_timeout_count": h.NetworkTimeoutCount,
+			"failed_resends": h.FailedResends, "successful_resends": h.SuccessfulResends,
+		} {
+			k(lnetHealth, v, name)
+		}
 		for _, ni := range in.Nets() {
 			nid := ni.NID.String()
+			g(niHealth, float64(ni.Health), nid)
+			g(niFatal, b2f(ni.FatalError), nid)
+			g(niPings, float64(ni.PingCount), nid)
+			for kind, v := range map[string]uint64{"interrupt": ni.Interrupts, "dropped": ni.Dropped, "aborted": ni.Aborted,
+				"no_route": ni.NoRoute, "timeout": ni.Timeouts, "error": ni.Errors} {
+				k(niFailures, v, nid, kind)
+			}
 			g(niUp, b2f(ni.Status == "up"), nid, ni.LND)
 			g(niTxCredits, float64(ni.TxCredits), nid)
 			g(niMinCredits, float64(ni.MinTxCredits), nid)

@@ -71,6 +71,9 @@ func TestScrape(t *testing.T) {
 		"softib_lnet_msgs_alloc 0",
 		"softib_lnet_send_count_total 0",
 		`softib_lnet_ni_up{lnd="lo",nid="0@lo"} 1`,
+		`softib_lnet_ni_health{nid="0@lo"} 1000`,
+		`softib_lnet_ni_failures_total{kind="timeout",nid="0@lo"} 0`,
+		`softib_lnet_health_total{counter="resend_count"} 0`,
 		"go_goroutines",
 	} {
 		if !strings.Contains(string(body), want) {

@@ -33,3 +33,16 @@ func (in *Instance) mergeDiscoveredLocked(lp *lpeer, features uint32, nis []lnet
 	}
 	return lp
 }
+
+// initiatorNIDLocked is lnet_peer_primary_nid_locked for a received
+// message: the primary NID of the peer owning src (src itself when no
+// peer has it). Events report it as the initiator and MEs match against
+// it, so a Multi-Rail peer is one initiator whichever of its NIDs it sent
+// from, as in Lustre's lnet_parse (an ME for a kernel peer's primary NID
+// takes its replies that arrive over another rail).
+func (in *Instance) initiatorNIDLocked(src lnetwire.NID) lnetwire.NID {
+	if p := in.peers[src]; p != nil && p.lp != nil {
+		return p.lp.primary
+	}
+	return src
+}

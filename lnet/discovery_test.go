@@ -173,3 +173,48 @@ func TestPushFromNonMRDropped(t *testing.T) {
 		}
 	})
 }
+
+// TestMRInitiatorIsPrimary: a PUT from a Multi-Rail peer's secondary NID
+// matches an ME for the peer's primary NID, and its event names the
+// primary as initiator (lnet_parse's lnet_peer_primary_nid_locked), so
+// replies arriving over either rail reach the same MEs.
+func TestMRInitiatorIsPrimary(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := lndtest.New(lnetwire.SOCKLND)
+		a := newInstance(t, n, nidA, lnd.Tunables{})
+		b := newInstance(t, n, nidB, lnd.Tunables{})
+		nidA2, nidB2 := lnetwire.MustParseNID("10.0.1.1@tcp1"), lnetwire.MustParseNID("10.0.1.2@tcp1")
+		if err := a.AddNet(lnet.NetConfig{Net: nidA2.Net(), Addr: nidA2.Addr()}); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.AddNet(lnet.NetConfig{Net: nidB2.Net(), Addr: nidB2.Addr()}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Discover(context.Background(), nidB, false); err != nil {
+			t.Fatal(err)
+		}
+		eq, err := a.EQAlloc(16, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		me, err := a.MEAttach(7, lnetwire.ProcessID{NID: nidB, PID: b.PID()}, 1, 0, lnet.Retain, lnet.InsAfter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.MDAttach(me, lnet.MD{Start: make([]byte, 8), Threshold: lnet.ThreshInf, Options: lnet.MDOpPut, EQ: eq}, lnet.Retain); err != nil {
+			t.Fatal(err)
+		}
+		h, err := b.MDBind(lnet.MD{Start: []byte("rail2"), Threshold: 1}, lnet.AutoUnlink)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Put(nidB2, h, lnet.AckReqNo, lnetwire.ProcessID{NID: nidA2, PID: a.PID()}, 7, 1, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		evs := drain(t, eq)
+		if len(evs) != 1 || evs[0].Type != lnet.EventPut || evs[0].Initiator.NID != nidB || evs[0].Sender != nidB2 {
+			t.Fatalf("events %v", evs)
+		}
+	})
+}

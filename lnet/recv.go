@@ -155,7 +155,8 @@ func (in *Instance) parse(lni *lnd.NI, hdr *lnetwire.Header, from lnetwire.NID, 
 	m.Msg.Target = lnetwire.ProcessID{NID: hdr.DestNID, PID: hdr.DestPID}
 	m.ev = Event{
 		Target:    lnetwire.ProcessID{NID: hdr.DestNID, PID: hdr.DestPID},
-		Initiator: lnetwire.ProcessID{NID: hdr.SrcNID, PID: hdr.SrcPID},
+		// Multi-Rail: the source peer's primary NID (discovery_hook.go).
+		Initiator: lnetwire.ProcessID{NID: in.initiatorNIDLocked(hdr.SrcNID), PID: hdr.SrcPID},
 		Sender:    from,
 		MatchBits: hdr.MatchBits,
 		RLength:   rlen,

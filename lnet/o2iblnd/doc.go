@@ -75,9 +75,14 @@
 // bounded by MRCacheSize, least recently used idle entries evicted),
 // keyed by the fragment's address and length: MDs are usually reused, so
 // a steady-state transfer registers nothing. A sink descriptor carries a
-// single rkey, so a sink spanning several MD fragments is staged through
-// a registered 1 MiB bounce buffer and copied into place when the
-// transfer completes; sources use one SGE per fragment and need no copy.
+// single rkey, so a sink spanning several MD fragments is registered
+// through a fast-registration MR over its pages (Lustre's FastReg pool:
+// REG_MR posted ahead of the PUT_ACK or GET_REQ that carries the key, the
+// MR deregistered when the transfer is done) when the fragments map onto
+// pages (inner boundaries on 4 KiB boundaries, as Lustre's page kiovs
+// are); otherwise it is staged through a registered 1 MiB bounce buffer
+// and copied into place when the transfer completes. Sources use one SGE
+// per fragment and need no copy.
 //
 // # Timers
 //

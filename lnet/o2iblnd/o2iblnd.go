@@ -87,6 +87,7 @@ type Stats struct {
 	PutNaks              atomic.Uint64
 	ParseRejects         atomic.Uint64
 	Bounced              atomic.Uint64 // sinks staged through a bounce buffer
+	FastRegs             atomic.Uint64 // multi-fragment sinks registered through a fast-reg MR
 	EarlyRx              atomic.Uint64 // messages before ESTABLISHED
 	UnmatchedCompletions atomic.Uint64
 }
@@ -146,7 +147,10 @@ type Driver struct {
 	txs    *txPool
 	mrs    *mrCache
 	bounce *bouncePool
-	stats  Stats
+	// noFastReg is set once the provider turned fast registration down
+	// (ErrNotSupported): sinks go straight to the bounce pool.
+	noFastReg atomic.Bool
+	stats     Stats
 
 	mu     sync.Mutex
 	peers  map[lnetwire.NID]*peer

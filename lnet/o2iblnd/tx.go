@@ -1,6 +1,7 @@
 package o2iblnd
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -52,6 +53,11 @@ type tx struct {
 	// its bytes go when the RDMA is done.
 	bounce *bounceBuf
 	sink   lnd.IOV
+	// fmr is the fast-registration MR of a multi-fragment sink whose
+	// pages map onto one (the REG_MR work request is in wrs, ahead of
+	// the message that carries its key); fsges is its scatter list.
+	fmr   verbs.FastRegMR
+	fsges []verbs.SGE
 	// rdBuf holds a peer's descriptor copied out of a receive buffer.
 	rdKey   uint32
 	rdFrags []lnetwire.KibRDMAFrag
@@ -309,9 +315,11 @@ func walkFrags(v lnd.IOV, fn func(f []byte, off, n int) bool) {
 }
 
 // mapSink registers v as an RDMA sink and fills t.frags/the returned key
-// with its descriptor: one fragment when v lies in one MD fragment,
-// otherwise a bounce buffer whose bytes are copied into v once the data
-// has landed (t.sink).
+// with its descriptor: one fragment when v lies in one MD fragment; a
+// fast-registration MR over the fragments when they map onto pages
+// (Lustre's FastReg pool: the peer's RDMA lands in place); otherwise a
+// bounce buffer whose bytes are copied into v once the data has landed
+// (t.sink).
 func (d *Driver) mapSink(t *tx, v lnd.IOV) (uint32, error) {
 	t.frags = t.frags[:0]
 	pieces := 0
@@ -331,6 +339,10 @@ func (d *Driver) mapSink(t *tx, v lnd.IOV) (uint32, error) {
 		t.frags = append(t.frags, lnetwire.KibRDMAFrag{Nob: uint32(v.Len), Addr: e.mr.Addr() + uint64(off)})
 		return e.mr.RKey(), nil
 	}
+	if key, ok := d.mapFastReg(t, v); ok {
+		t.frags = append(t.frags, lnetwire.KibRDMAFrag{Nob: uint32(v.Len), Addr: t.fmr.IOVA()})
+		return key, nil
+	}
 	b, err := d.bounce.get()
 	if err != nil {
 		return 0, err
@@ -340,9 +352,66 @@ func (d *Driver) mapSink(t *tx, v lnd.IOV) (uint32, error) {
 	return b.mr.RKey(), nil
 }
 
+// fastRegPages is the page-list size of a sink's fast-reg MR: an LNet
+// payload (LNET_MTU, 1 MiB) in 4 KiB pages, plus one for a first
+// fragment that starts inside a page.
+const fastRegPages = lnd.MaxPayload/4096 + 1
+
+// mapFastReg registers the fragments of v through one fast-registration
+// MR and queues its REG_MR ahead of t's message (kiblnd_fmr_pool_map with
+// FastReg). It reports false, registering nothing, when the provider has
+// no fast registration or the fragments leave gaps inside pages.
+func (d *Driver) mapFastReg(t *tx, v lnd.IOV) (uint32, bool) {
+	if d.noFastReg.Load() {
+		return 0, false
+	}
+	t.fsges = t.fsges[:0]
+	ok := true
+	walkFrags(v, func(f []byte, o, n int) bool {
+		e, err := d.mrs.get(f)
+		if err != nil {
+			ok = false
+			return false
+		}
+		t.mrs = append(t.mrs, e)
+		t.fsges = append(t.fsges, verbs.SGE{Addr: e.mr.Addr() + uint64(o), Length: uint32(n), LKey: e.mr.LKey()})
+		return true
+	})
+	if !ok {
+		return 0, false
+	}
+	fmr, err := verbs.AllocMR(d.pd, verbs.MRTypeMemReg, fastRegPages)
+	if err != nil {
+		if errors.Is(err, verbs.ErrNotSupported) {
+			d.noFastReg.Store(true)
+		}
+		return 0, false
+	}
+	if n, err := fmr.MapMRSG(t.fsges, 0, 4096); err != nil || n != len(t.fsges) {
+		fmr.Dereg()
+		return 0, false
+	}
+	key := verbs.IncKey(fmr.RKey())
+	t.fmr = fmr
+	// Unsignaled, with an RDMA wr_id: only a failure completes, and it
+	// closes the connection as a failed RDMA does.
+	t.wrs = append(t.wrs, verbs.SendWR{ID: wridRDMA | uint64(t.idx), Opcode: verbs.WRRegMR,
+		Reg: verbs.RegWR{MR: fmr, Key: key, Access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite}})
+	d.stats.FastRegs.Add(1)
+	return key, true
+}
+
 // unmap releases t's registrations; a bounce sink is copied out first
 // when copyOut (the data landed).
 func (d *Driver) unmap(t *tx, copyOut bool) {
+	if t.fmr != nil {
+		// The peer's data has landed (or the tx failed): the
+		// registration goes, and its key with it.
+		t.fmr.Dereg()
+		t.fmr = nil
+		clear(t.fsges)
+		t.fsges = t.fsges[:0]
+	}
 	for i, e := range t.mrs {
 		d.mrs.put(e)
 		t.mrs[i] = nil

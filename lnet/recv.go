@@ -155,8 +155,7 @@ func (in *Instance) parse(lni *lnd.NI, hdr *lnetwire.Header, from lnetwire.NID, 
 	m.Msg.Target = lnetwire.ProcessID{NID: hdr.DestNID, PID: hdr.DestPID}
 	m.ev = Event{
 		Target:    lnetwire.ProcessID{NID: hdr.DestNID, PID: hdr.DestPID},
-		// Multi-Rail: the source peer's primary NID (discovery_hook.go).
-		Initiator: lnetwire.ProcessID{NID: in.initiatorNIDLocked(hdr.SrcNID), PID: hdr.SrcPID},
+		Initiator: lnetwire.ProcessID{NID: in.initiatorNIDLocked(hdr.SrcNID), PID: hdr.SrcPID}, // MR: primary NID
 		Sender:    from,
 		MatchBits: hdr.MatchBits,
 		RLength:   rlen,

@@ -123,8 +123,19 @@ func TestResourcesAndCounters(t *testing.T) {
 	for _, c := range cs {
 		names[c.Name] = true
 	}
+	count := func(d *rxe.Device, name string) uint64 {
+		for _, c := range d.Counters() {
+			if c.Name == name {
+				return c.Value
+			}
+		}
+		return 0
+	}
+	if s, r := count(a.dev, "rdma_sends"), count(b.dev, "rdma_recvs"); s != 1 || r != 1 {
+		t.Errorf("rdma_sends %d, rdma_recvs %d; want 1, 1", s, r)
+	}
 	for _, n := range []string{"rcvd_pkts", "duplicate_request", "out_of_seq_request", "rcvd_rnr_err", "send_rnr_err",
-		"retry_exceeded_err", "retry_rnr_exceeded_err", "completer_retry_err", "link_downed", "icrc_err", "icrc_ipv4_id"} {
+		"retry_exceeded_err", "retry_rnr_exceeded_err", "completer_retry_err", "link_downed", "rdma_sends", "rdma_recvs", "icrc_err", "icrc_ipv4_id"} {
 		if !names[n] {
 			t.Errorf("no counter %s in %v", n, cs)
 		}

@@ -300,6 +300,11 @@ func (q *QP) completeSends() {
 		if w.state != wqeDone {
 			break
 		}
+		if w.opcode == verbs.WRSend || w.opcode == verbs.WRSendWithImm || w.opcode == verbs.WRSendWithInv {
+			// As rxe's do_complete: every completed SEND, signalled or not.
+			q.dev.stats.RDMASends.Inc()
+			q.stats.RDMASends.Inc()
+		}
 		if w.flags&verbs.SendSignaled != 0 || w.status != verbs.WCSuccess {
 			wc := verbs.WC{WRID: w.id, Status: w.status, Opcode: verbs.WCOpcodeFor(w.opcode), QPN: q.qpn}
 			if w.status == verbs.WCSuccess {

@@ -32,6 +32,8 @@ type Stats struct {
 	RNRRetryExceeded stats.Counter // RNR retry counter exhausted
 	SendErr          stats.Counter // datagrams the socket failed to send
 	LinkDowned       stats.Counter // socket failures that stopped the receiver
+	RDMASends        stats.Counter // SEND work requests completed (rxe's rdma_sends)
+	RDMARecvs        stats.Counter // receive work requests completed successfully (rdma_recvs)
 	CQOverrun        stats.Counter // completions lost to a full CQ
 	EventsDropped    stats.Counter // async events dropped (queue full)
 

@@ -23,7 +23,7 @@ type Counter struct {
 // rxeCounterNames maps Stats fields to the names Linux rxe gives the same
 // events in rxe_hw_counters.c, in that file's order. ack_deferred is
 // softib's nearest event: a round that left its ACKs for later (busy-poll
-// mode). rxe's rdma_sends and rdma_recvs have no softib counterpart yet.
+// mode).
 var rxeCounterNames = []struct{ field, name string }{
 	{"SentPkts", "sent_pkts"},
 	{"RcvdPkts", "rcvd_pkts"},
@@ -38,6 +38,8 @@ var rxeCounterNames = []struct{ field, name string }{
 	{"CompRetry", "completer_retry_err"},
 	{"SendErr", "send_err"},
 	{"LinkDowned", "link_downed"},
+	{"RDMASends", "rdma_sends"},
+	{"RDMARecvs", "rdma_recvs"},
 }
 
 // Counters returns the device counters: first those Linux rxe has, under
@@ -68,6 +70,7 @@ var ownNames = map[string]string{
 	"ICRCErr": "icrc_err", "ICRCIPv4ID": "icrc_ipv4_id", "BadTVer": "bad_tver", "BadPKey": "bad_pkey",
 	"BadQKey": "bad_qkey", "CQOverrun": "cq_overrun", "NoQP": "no_qp", "BadQPType": "bad_qp_type",
 	"BadQPState": "bad_qp_state", "RcvNoRecvWQE": "rcv_no_recv_wqe", "UCDropped": "uc_dropped",
+	"RDMASends": "rdma_sends", "RDMARecvs": "rdma_recvs",
 	"RemAccessNAK": "rem_access_nak", "InvReqNAK": "inv_req_nak", "RemOpNAK": "rem_op_nak",
 }
 
@@ -93,8 +96,10 @@ func SnakeCase(s string) string {
 
 // qpStats are the per-QP counters (rdma statistic's per-QP mode).
 type qpStats struct {
-	SentPkts stats.Counter
-	RcvdPkts stats.Counter
+	SentPkts  stats.Counter
+	RcvdPkts  stats.Counter
+	RDMASends stats.Counter
+	RDMARecvs stats.Counter
 }
 
 // QPInfo is a snapshot of one QP (rdma resource show qp).

@@ -97,6 +97,10 @@ func (q *QP) completeRecv(wc *verbs.WC, solicited bool) {
 	wc.WRID = q.resp.rwqe.id
 	wc.QPN = q.qpn
 	q.resp.haveRWQE = false
+	if wc.Status == verbs.WCSuccess {
+		q.dev.stats.RDMARecvs.Inc()
+		q.stats.RDMARecvs.Inc()
+	}
 	q.pushed = true
 	q.pushCQ(q.recvCQ, hdueRecv, wc, solicited)
 	if q.rq.len() == 0 {

@@ -7,10 +7,15 @@ package lnet
 // for a latency. A rule fires on 1 in Rate of the messages it matches,
 // or on one message per Interval.
 //
+// A drop rule with a health error mask acts on the send side instead
+// (lnet_send_error_simulation, which Lustre's LNDs call before sending):
+// the message fails with one of the selected health statuses, and health
+// and resend handle it as a real failure of that class.
+//
 // Hooks: parse (recv.go) calls faultDropRxLocked before it looks at a
 // message and faultDelayRxLocked before it delivers one addressed to us;
-// postSendLocked (msg.go) calls faultDelayTxLocked when a message got
-// its credits; stopNI calls faultFlushNI. With no rules each hook is one
+// postSendLocked (msg.go) calls faultTxLocked when a message got its
+// credits; stopNI calls faultFlushNI. With no rules each hook is one
 // length test.
 
 import (
@@ -50,6 +55,48 @@ const (
 	FaultAllTypes = FaultACK | FaultPUT | FaultGET | FaultREPLY
 )
 
+// Health status bits of FaultRule.HealthError (lnetctl.h HSTATUS_*_BIT:
+// 1 << enum lnet_msg_hstatus, in Lustre's numbering).
+const (
+	FaultLocalInterrupt uint32 = 1 << 1
+	FaultLocalDropped   uint32 = 1 << 2
+	FaultLocalAborted   uint32 = 1 << 3
+	FaultLocalNoRoute   uint32 = 1 << 4
+	FaultLocalError     uint32 = 1 << 5
+	FaultLocalTimeout   uint32 = 1 << 6
+	FaultRemoteError    uint32 = 1 << 7
+	FaultRemoteDropped  uint32 = 1 << 8
+	FaultRemoteTimeout  uint32 = 1 << 9
+	FaultNetworkTimeout uint32 = 1 << 10
+	// FaultHealthRandom picks any failure status (HSTATUS_RANDOM).
+	FaultHealthRandom uint32 = 0xFFFFFFFF
+)
+
+// faultHealthEnd is HSTATUS_END: one past the last status bit.
+const faultHealthEnd = 11
+
+// faultHealthNames are lnetctl's --health_error names, by bit.
+var faultHealthNames = [...]string{"", "local_interrupt", "local_dropped", "local_aborted", "local_no_route",
+	"local_error", "local_timeout", "remote_error", "remote_dropped", "remote_timeout", "network_timeout"}
+
+// faultHealthStatus maps Lustre's lnet_msg_hstatus numbers onto ours.
+var faultHealthStatus = [...]healthStatus{hsOK, hsLocalInterrupt, hsLocalDropped, hsLocalAborted, hsLocalNoRoute,
+	hsLocalError, hsLocalTimeout, hsRemoteError, hsRemoteDropped, hsRemoteTimeout, hsNetworkTimeout}
+
+// ParseFaultHealthError adds the bit of an lnetctl --health_error name
+// (local_interrupt, ..., network_timeout, or random) to mask.
+func ParseFaultHealthError(name string, mask uint32) (uint32, error) {
+	if strings.EqualFold(name, "random") {
+		return FaultHealthRandom, nil
+	}
+	for i, n := range faultHealthNames {
+		if n != "" && strings.EqualFold(name, n) {
+			return mask | 1<<i, nil
+		}
+	}
+	return mask, fmt.Errorf("%w: unknown health error %q", ErrInvalid, name)
+}
+
 // FaultRule is a drop or delay rule (struct lnet_fault_attr).
 type FaultRule struct {
 	Kind FaultKind
@@ -78,6 +125,11 @@ type FaultRule struct {
 	// Random drops each matched message with probability 1/2 (drop rules,
 	// with Interval).
 	Random bool
+	// HealthError, when set on a drop rule, makes it a send-side rule:
+	// the messages it takes fail with one of these health statuses
+	// (Fault*; FaultHealthRandom: any) instead of being dropped on
+	// receipt.
+	HealthError uint32
 }
 
 // FaultNetWildcard returns the NID that selects every address of net in
@@ -171,8 +223,8 @@ func (r *FaultRule) validate() error {
 		if r.Latency <= 0 || r.Latency%time.Second != 0 {
 			return fmt.Errorf("%w: delay latency must be a whole number of seconds > 0 (got %v)", ErrInvalid, r.Latency)
 		}
-		if r.DropAll || r.Random {
-			return fmt.Errorf("%w: drop_all and random are drop rule options", ErrInvalid)
+		if r.DropAll || r.Random || r.HealthError != 0 {
+			return fmt.Errorf("%w: drop_all, random and health_error are drop rule options", ErrInvalid)
 		}
 		if r.Local != 0 && r.Local != lnetwire.NIDAny {
 			return fmt.Errorf("%w: a delay rule has no local NID", ErrInvalid)
@@ -184,6 +236,9 @@ func (r *FaultRule) validate() error {
 		if *n == 0 {
 			*n = lnetwire.NIDAny
 		}
+	}
+	if r.HealthError != FaultHealthRandom && r.HealthError&^((1<<faultHealthEnd)-2) != 0 {
+		return fmt.Errorf("%w: health error mask %#x", ErrInvalid, r.HealthError)
 	}
 	if r.MsgMask&^FaultAllTypes != 0 {
 		return fmt.Errorf("%w: message mask %#x", ErrInvalid, r.MsgMask)
@@ -383,7 +438,7 @@ func (in *Instance) faultDropRxLocked(h *lnetwire.Header, ni *netIface) bool {
 		return false
 	}
 	for _, fr := range in.fault.drop {
-		if fr.match(h, ni.nid()) && in.fault.fireLocked(fr, h.Type) {
+		if fr.HealthError == 0 && fr.match(h, ni.nid()) && in.fault.fireLocked(fr, h.Type) {
 			in.log.Debug("lnet: fault: dropping to simulate message loss", "src", h.SrcNID, "dst", h.DestNID, "type", h.Type)
 			return true
 		}
@@ -416,6 +471,56 @@ func (in *Instance) faultDelayLocked(m *message) bool {
 
 // faultDelayRxLocked holds back a received message addressed to us.
 func (in *Instance) faultDelayRxLocked(m *message) bool { return in.faultDelayLocked(m) }
+
+// faultTxLocked is the send-side hook, for a message that got its
+// credits: a health-error drop rule fails it (sendFail), a delay rule
+// holds it (sendQueued); otherwise it returns sendReady and the message
+// goes to its LND.
+func (in *Instance) faultTxLocked(m *message) (sendResult, error) {
+	if len(in.fault.drop) != 0 && !m.ni.lo {
+		for _, fr := range in.fault.drop {
+			if fr.HealthError == 0 || !fr.match(&m.Hdr, lnetwire.NIDAny) || !in.fault.fireLocked(fr, m.Hdr.Type) {
+				continue
+			}
+			hs := in.fault.healthLocked(fr.HealthError)
+			m.hstatus = hs
+			in.log.Debug("lnet: fault: simulating a send error", "src", m.Hdr.SrcNID, "dst", m.Hdr.DestNID,
+				"type", m.Hdr.Type, "status", hs)
+			return sendFail, fmt.Errorf("%w: simulated %v", ErrDropped, hs)
+		}
+	}
+	if in.faultDelayTxLocked(m) {
+		return sendQueued, nil
+	}
+	return sendReady, nil
+}
+
+// healthLocked picks the simulated status of a health-error rule
+// (lnet_fault_match_health): a random failure status, moved to the
+// nearest one the mask selects.
+func (f *faultState) healthLocked(mask uint32) healthStatus {
+	choice := 1 + int(f.below(faultHealthEnd-1))
+	if mask != FaultHealthRandom && mask&(1<<choice) == 0 {
+		best := faultHealthEnd
+		for i := faultHealthEnd - 1; i > 0; i-- {
+			if mask&(1<<i) == 0 {
+				continue
+			}
+			if d := abs(choice - i); d < best {
+				best = d
+				choice = i
+			}
+		}
+	}
+	return faultHealthStatus[choice]
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
 
 // faultDelayTxLocked holds back a message about to be handed to its LND
 // (it keeps its credits meanwhile, as in Lustre).

@@ -286,3 +286,56 @@ func TestFaultNoRulesNoAllocs(t *testing.T) {
 		t.Fatalf("%v allocations per PUT with a non-matching drop rule", n)
 	}
 }
+
+// TestFaultHealthError: a drop rule with a health error mask acts on the
+// send side: A's PUT fails before its LND with the simulated status (its
+// SEND event carries the failure, B sees nothing), and the rule never
+// drops on receipt.
+func TestFaultHealthError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newFaultRig(t)
+		mask, err := lnet.ParseFaultHealthError("remote_error", 0)
+		if err != nil || mask != lnet.FaultRemoteError {
+			t.Fatalf("ParseFaultHealthError: %#x %v", mask, err)
+		}
+		if _, err := lnet.ParseFaultHealthError("bogus", 0); !errors.Is(err, lnet.ErrInvalid) {
+			t.Fatalf("bogus health error: %v", err)
+		}
+		for _, in := range []*lnet.Instance{r.a, r.b} {
+			if err := in.AddFaultRule(lnet.FaultRule{Kind: lnet.FaultDrop, Src: nidA, Dst: nidB, MsgMask: lnet.FaultPUT,
+				Rate: 1, HealthError: mask}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h, err := r.a.MDBind(lnet.MD{Start: []byte("x"), Threshold: 2, EQ: r.eqA}, lnet.AutoUnlink)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.a.Put(lnetwire.NIDAny, h, lnet.AckReqYes, r.idB(), 5, 0, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		evs := drain(t, r.eqA)
+		if len(evs) != 1 || evs[0].Type != lnet.EventSend || !errors.Is(evs[0].Status, lnet.ErrDropped) {
+			t.Fatalf("A events %v %v", types(evs), evs)
+		}
+		if got := len(drain(t, r.eqB)); got != 0 {
+			t.Fatalf("B got %d events", got)
+		}
+		if rs := r.a.FaultRules(lnet.FaultDrop); rs[0].Stats.Fired != 1 || rs[0].Stats.Put != 1 {
+			t.Fatalf("A rule %+v", rs[0].Stats)
+		}
+		// B's copy (send side only) never fired on the PUTs it received:
+		// send one from A with A's rule gone.
+		r.a.DelFaultRules(lnet.FaultDrop, lnetwire.NIDAny, lnetwire.NIDAny)
+		if got := r.puts(3, 5); got != 3 {
+			t.Fatalf("B's health-error rule dropped received PUTs: %d of 3 arrived", got)
+		}
+		if rs := r.b.FaultRules(lnet.FaultDrop); rs[0].Stats.Fired != 0 {
+			t.Fatalf("B rule fired on receipt: %+v", rs[0].Stats)
+		}
+		if err := r.a.AddFaultRule(lnet.FaultRule{Kind: lnet.FaultDelay, Rate: 1, Latency: time.Second, HealthError: mask}); !errors.Is(err, lnet.ErrInvalid) {
+			t.Fatalf("delay rule with health error: %v", err)
+		}
+	})
+}

@@ -229,8 +229,8 @@ func (in *Instance) postSendLocked(m *message) (sendResult, error) {
 			return sendQueued, nil
 		}
 	}
-	if in.faultDelayTxLocked(m) { // fault.go: held, then sent
-		return sendQueued, nil
+	if r, err := in.faultTxLocked(m); r != sendReady { // fault.go: simulated send error or delay
+		return r, err
 	}
 	m.queued = false
 	ni.calls.Add(1)

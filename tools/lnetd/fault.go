@@ -32,6 +32,8 @@ type FaultArgs struct {
 	DropAll  bool     `json:"drop_all,omitempty"`
 	Random   bool     `json:"random,omitempty"`
 	All      bool     `json:"all,omitempty"`
+	// HealthErrors are lnetctl's --health_error names (drop rules).
+	HealthErrors []string `json:"health_errors,omitempty"`
 }
 
 // DiscoverArgs are the arguments of discover.
@@ -66,8 +68,7 @@ func (c *ctl) fault(ctx context.Context, kind string, args []string) int {
 	}
 	switch action {
 	case "add":
-		var portals, msgs listFlag
-		var healthErr string
+		var portals, msgs, healthErrs listFlag
 		str(&a.Src, "s", "source", "source NID or *@net of the messages")
 		str(&a.Dst, "d", "dest", "destination NID or *@net of the messages")
 		str(&a.Local, "o", "local_nid", "local NID they arrive on (drop)")
@@ -88,16 +89,20 @@ func (c *ctl) fault(ctx context.Context, kind string, args []string) int {
 		fs.BoolVar(&a.DropAll, "drop_all", false, "drop every matched message (drop)")
 		fs.BoolVar(&a.Random, "n", false, "drop at random, half the matched messages in an interval (drop)")
 		fs.BoolVar(&a.Random, "random", false, "same as -n")
-		str(&healthErr, "e", "health_error", "simulate this health status on send (not supported)")
+		fs.Var(&healthErrs, "e", "fail sent messages with this health status instead of dropping received ones (repeatable; drop)")
+		fs.Var(&healthErrs, "health_error", "same as -e")
 		if _, err := parseInterleaved(fs, args); err != nil {
 			return 2
 		}
-		if healthErr != "" {
-			return c.usageErr("--health_error is not supported: softib's drop rules drop on receipt only (no send-side health simulation)")
+		if kind == "delay" && (a.DropAll || a.Random || a.Local != "" || len(healthErrs) > 0) {
+			return c.usageErr("--drop_all, --random, --local_nid and --health_error are drop rule options")
 		}
-		if kind == "delay" && (a.DropAll || a.Random || a.Local != "") {
-			return c.usageErr("--drop_all, --random and --local_nid are drop rule options")
+		for _, e := range healthErrs {
+			if _, err := lnet.ParseFaultHealthError(e, 0); err != nil {
+				return c.usageErr("unknown health error %q (local_interrupt, local_dropped, local_aborted, local_no_route, local_error, local_timeout, remote_error, remote_dropped, remote_timeout, network_timeout, random)", e)
+			}
 		}
+		a.HealthErrors = healthErrs
 		if (a.Rate == 0) == (a.Interval == 0) {
 			return c.usageErr("please provide either %s rate or interval but not both at the same time.", kind)
 		}
@@ -205,6 +210,13 @@ func (d *Daemon) handleFault(op string, raw json.RawMessage) (any, *OpError) {
 	case "fault.add":
 		r := lnet.FaultRule{Kind: kind, Rate: a.Rate, Interval: time.Duration(a.Interval) * time.Second,
 			Latency: time.Duration(a.Latency) * time.Second, DropAll: a.DropAll, Random: a.Random}
+		for _, e := range a.HealthErrors {
+			m, err := lnet.ParseFaultHealthError(e, r.HealthError)
+			if err != nil {
+				return nil, coreErr("add", "fault", "cannot add drop rule", err)
+			}
+			r.HealthError = m
+		}
 		var oe *OpError
 		if r.Src, oe = nid(a.Src); oe != nil {
 			return nil, oe

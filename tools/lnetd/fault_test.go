@@ -156,7 +156,8 @@ func TestFaultCommands(t *testing.T) {
 		{[]string{"fault", "drop", "add", "-s", "*", "-d", "*", "-r", "1", "-i", "2"}, "either drop rate or interval"},
 		{[]string{"fault", "drop", "add", "-d", "*", "-r", "1"}, "both source and destination"},
 		{[]string{"fault", "delay", "add", "-s", "*", "-d", "*", "-r", "1"}, "latency cannot be zero"},
-		{[]string{"fault", "drop", "add", "-s", "*", "-d", "*", "-r", "1", "-e", "local_timeout"}, "health_error is not supported"},
+		{[]string{"fault", "drop", "add", "-s", "*", "-d", "*", "-r", "1", "-e", "bogus"}, "unknown health error"},
+		{[]string{"fault", "delay", "add", "-s", "*", "-d", "*", "-r", "1", "-l", "1", "-e", "local_error"}, "drop rule options"},
 		{[]string{"fault", "drop", "del", "-a", "-s", "*"}, "cannot be combined"},
 		{[]string{"fault", "drop", "add", "-s", "*", "-d", "*", "-r", "1", "-p", "64"}, "invalid portal"},
 	} {

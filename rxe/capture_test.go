@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"softib/internal/pcap"
 	"softib/internal/tsharktest"
@@ -169,5 +170,41 @@ func TestSnakeCase(t *testing.T) {
 		if got := rxe.SnakeCase(in); got != want {
 			t.Errorf("SnakeCase(%s) = %s, want %s", in, got, want)
 		}
+	}
+}
+
+// TestQPCounters checks that the per-QP counters follow the device's:
+// a SEND that meets no receive WQE makes the responder send RNR NAKs
+// (send_rnr_err on its QP) and the requester count them (rcvd_rnr_err),
+// until a receive is posted.
+func TestQPCounters(t *testing.T) {
+	a, b := pair(t, verbs.QPTypeRC, rxe.Config{}, connOpts{minRNR: 1, rnrRetry: 7}, 4096)
+	qpCounter := func(e *end, name string) uint64 {
+		for _, q := range e.dev.Resources().QPs {
+			if q.QPN == e.qp.QPN() {
+				for _, c := range q.Counters {
+					if c.Name == name {
+						return c.Value
+					}
+				}
+			}
+		}
+		return 0
+	}
+	post(t, a, verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.mr.SGE(0, 64)}})
+	// Wait (hang guard 20 s) for the first RNR NAK to come back.
+	for deadline := time.Now().Add(20 * time.Second); qpCounter(a, "rcvd_rnr_err") == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no RNR NAK counted: device %v", a.dev.Stats())
+		}
+	}
+	postRecv(t, b, verbs.RecvWR{SGL: []verbs.SGE{b.mr.SGE(0, 4096)}})
+	wantOK(t, waitWC(t, a.cq, 1)[0], verbs.WCSend)
+	wantOK(t, waitWC(t, b.cq, 1)[0], verbs.WCRecv)
+	if s, r := qpCounter(b, "send_rnr_err"), qpCounter(a, "rcvd_rnr_err"); s == 0 || r == 0 || r > s {
+		t.Errorf("QP counters: responder send_rnr_err %d, requester rcvd_rnr_err %d", s, r)
+	}
+	if s, r := qpCounter(a, "rdma_sends"), qpCounter(b, "rdma_recvs"); s != 1 || r != 1 {
+		t.Errorf("QP counters: rdma_sends %d, rdma_recvs %d; want 1, 1", s, r)
 	}
 }

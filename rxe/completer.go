@@ -129,12 +129,14 @@ func (q *QP) complete(p *packet, now int64) {
 			}
 		case roce.SyndromeRNRNAK:
 			q.dev.stats.RcvRNR.Inc()
+			q.stats.RcvRNR.Inc()
 			if p.psn.Less(q.comp.psn) {
 				return
 			}
 			q.comp.psn = p.psn
 			if q.comp.rnrRetry == 0 {
 				q.dev.stats.RNRRetryExceeded.Inc()
+				q.stats.RNRRetryExceeded.Inc()
 				q.wqeDone(w, verbs.WCRNRRetryExcErr)
 				q.fail(verbs.EventQPFatal)
 				return
@@ -149,6 +151,7 @@ func (q *QP) complete(p *packet, now int64) {
 			switch syn.NAKCode() {
 			case roce.NAKPSNSeqError:
 				q.dev.stats.RcvSeqErr.Inc()
+				q.stats.RcvSeqErr.Inc()
 				if q.comp.psn.Less(p.psn) {
 					q.comp.psn = p.psn
 					q.comp.retrying = false
@@ -218,6 +221,7 @@ func (q *QP) retry(now int64, count bool) {
 	if count {
 		if q.comp.retryCnt == 0 {
 			q.dev.stats.RetryExceeded.Inc()
+			q.stats.RetryExceeded.Inc()
 			if w := q.oldest(); w != nil {
 				q.wqeDone(w, verbs.WCRetryExcErr)
 			}
@@ -229,6 +233,7 @@ func (q *QP) retry(now int64, count bool) {
 		}
 	}
 	q.dev.stats.CompRetry.Inc()
+	q.stats.CompRetry.Inc()
 	q.rewind()
 	q.comp.timeoutAt = 0
 	if rto := ackTimeout(q.attr.Timeout); rto > 0 {

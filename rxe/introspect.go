@@ -94,12 +94,21 @@ func SnakeCase(s string) string {
 	return string(b)
 }
 
-// qpStats are the per-QP counters (rdma statistic's per-QP mode).
+// qpStats are the per-QP counters (rdma statistic's per-QP mode): the
+// device counters that belong to one QP, under the same names.
 type qpStats struct {
-	SentPkts  stats.Counter
-	RcvdPkts  stats.Counter
-	RDMASends stats.Counter
-	RDMARecvs stats.Counter
+	SentPkts         stats.Counter
+	RcvdPkts         stats.Counter
+	RDMASends        stats.Counter
+	RDMARecvs        stats.Counter
+	DupReq           stats.Counter
+	OutOfSeqReq      stats.Counter
+	RcvRNR           stats.Counter
+	SndRNR           stats.Counter
+	RcvSeqErr        stats.Counter
+	CompRetry        stats.Counter
+	RetryExceeded    stats.Counter
+	RNRRetryExceeded stats.Counter
 }
 
 // QPInfo is a snapshot of one QP (rdma resource show qp).
@@ -246,10 +255,12 @@ func (q *QP) info(pdn, scqn, rcqn int) QPInfo {
 	if q.typ == verbs.QPTypeRC || q.typ == verbs.QPTypeUC {
 		i.DestQPN, i.Peer = q.attr.DestQPN, q.dst
 	}
-	for k, v := range stats.Snapshot(&q.stats) {
-		i.Counters = append(i.Counters, Counter{SnakeCase(k), v})
+	m := stats.Snapshot(&q.stats)
+	for _, c := range rxeCounterNames {
+		if v, ok := m[c.field]; ok {
+			i.Counters = append(i.Counters, Counter{c.name, v})
+		}
 	}
-	sort.Slice(i.Counters, func(a, b int) bool { return i.Counters[a].Name < i.Counters[b].Name })
 	return i
 }
 

@@ -234,6 +234,7 @@ func (q *QP) respondRC(p *packet, now int64) {
 	d := p.psn.Diff(r.psn)
 	if d > 0 {
 		q.dev.stats.OutOfSeqReq.Inc()
+		q.stats.OutOfSeqReq.Inc()
 		if !r.nakSent {
 			r.nakSent = true
 			q.sendAck(roce.RCAck, roce.NAKSyndrome(roce.NAKPSNSeqError), r.psn, 0)
@@ -242,6 +243,7 @@ func (q *QP) respondRC(p *packet, now int64) {
 	}
 	if d < 0 {
 		q.dev.stats.DupReq.Inc()
+		q.stats.DupReq.Inc()
 		q.duplicate(p)
 		return
 	}
@@ -278,6 +280,7 @@ func (q *QP) nak(p *packet, k nakKind) {
 	switch k {
 	case nakRNR:
 		q.dev.stats.SndRNR.Inc()
+		q.stats.SndRNR.Inc()
 		q.sendAck(roce.RCAck, roce.RNRNAKSyndrome(roce.RNRTimer(q.attr.MinRNRTimer)), p.psn, 0)
 		return
 	case nakDrop:

@@ -1,6 +1,7 @@
 package lnet_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"testing/synctest"
@@ -8,6 +9,7 @@ import (
 
 	"softib/lnet"
 	"softib/lnet/lnd"
+	"softib/lnet/lnd/lndtest"
 	"softib/wire/lnetwire"
 )
 
@@ -337,5 +339,66 @@ func TestFaultHealthError(t *testing.T) {
 		if err := r.a.AddFaultRule(lnet.FaultRule{Kind: lnet.FaultDelay, Rate: 1, Latency: time.Second, HealthError: mask}); !errors.Is(err, lnet.ErrInvalid) {
 			t.Fatalf("delay rule with health error: %v", err)
 		}
+	})
+}
+
+// TestFaultHealthErrorResend: with two rails to a Multi-Rail peer, a
+// local_dropped rule on the sender for the peer's tcp NID fails every
+// message selection sends that way; health resends each on the other
+// rail, so all arrive and none is reported failed, and the resend and
+// local-dropped counters move.
+func TestFaultHealthErrorResend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := lndtest.New(lnetwire.SOCKLND)
+		a := newInstance(t, n, nidA, lnd.Tunables{})
+		b := newInstance(t, n, nidB, lnd.Tunables{})
+		nidA2, nidB2 := lnetwire.MustParseNID("10.0.1.1@tcp1"), lnetwire.MustParseNID("10.0.1.2@tcp1")
+		if err := a.AddNet(lnet.NetConfig{Net: nidA2.Net(), Addr: nidA2.Addr()}); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.AddNet(lnet.NetConfig{Net: nidB2.Net(), Addr: nidB2.Addr()}); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := a.Discover(context.Background(), nidB, false); err != nil || !r.MultiRail {
+			t.Fatalf("discover %+v %v", r, err)
+		}
+		if err := a.AddFaultRule(lnet.FaultRule{Kind: lnet.FaultDrop, Dst: nidB, MsgMask: lnet.FaultPUT, Rate: 1,
+			HealthError: lnet.FaultLocalDropped}); err != nil {
+			t.Fatal(err)
+		}
+		eqA, _ := a.EQAlloc(64, nil)
+		eqB, _ := b.EQAlloc(64, nil)
+		me, err := b.MEAttach(5, lnetwire.ProcessIDAny, 0, ^uint64(0), lnet.Retain, lnet.InsAfter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.MDAttach(me, lnet.MD{Start: make([]byte, 64), Threshold: lnet.ThreshInf, Options: lnet.MDOpPut | lnet.MDTruncate, EQ: eqB}, lnet.Retain); err != nil {
+			t.Fatal(err)
+		}
+		const n4 = 6
+		for i := range n4 {
+			h, err := a.MDBind(lnet.MD{Start: []byte{byte(i)}, Threshold: 1, EQ: eqA}, lnet.AutoUnlink)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := a.Put(lnetwire.NIDAny, h, lnet.AckReqNo, lnetwire.ProcessID{NID: nidB, PID: b.PID()}, 5, uint64(i), 0, 0); err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait()
+		}
+		for _, ev := range drain(t, eqA) {
+			if ev.Status != nil {
+				t.Fatalf("a send failed: %s", evStr(ev))
+			}
+		}
+		if got := len(drain(t, eqB)); got != n4 {
+			t.Fatalf("%d of %d PUTs arrived", got, n4)
+		}
+		rs := a.FaultRules(lnet.FaultDrop)
+		hs := a.HealthStats()
+		if rs[0].Stats.Fired == 0 || hs.ResendCount != rs[0].Stats.Fired || hs.LocalDroppedCount != rs[0].Stats.Fired || hs.FailedResends != 0 {
+			t.Fatalf("rule %+v, health %+v", rs[0].Stats, hs)
+		}
+		t.Logf("%d of %d PUTs failed on the tcp rail by the rule and were resent; health %+v", rs[0].Stats.Fired, n4, hs)
 	})
 }

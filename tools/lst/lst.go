@@ -104,7 +104,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, opts Opti
 		case strings.HasPrefix(a, "--session="):
 			l.path, args = strings.TrimPrefix(a, "--session="), args[1:]
 		case a == "-h" || a == "--help":
-			fmt.Fprint(stderr, lstUsage)
+			fmt.Fprint(stdout, lstUsage)
 			return 0
 		default:
 			return l.usage("unknown flag %q", a)
@@ -117,7 +117,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, opts Opti
 	cmd, args := args[0], args[1:]
 	switch cmd {
 	case "help":
-		fmt.Fprint(stderr, lstUsage)
+		fmt.Fprint(stdout, lstUsage)
 		return 0
 	case "new_session":
 		return l.newSession(args)

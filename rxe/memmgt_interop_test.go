@@ -16,6 +16,7 @@ import (
 
 	"softib/interop/vm"
 	"softib/interop/vmtest"
+	"softib/rdmarw"
 	"softib/verbs"
 )
 
@@ -107,7 +108,9 @@ type kconn struct {
 //     reports the key) and its next WRITE fails with REM_ACCESS_ERR;
 //   - softib binds type 2 and type 1 windows, the guest WRITEs and READs
 //     through them, the guest's SEND_WITH_INV invalidates the type 2 one
-//     (and its next WRITE fails) but not the type 1 one.
+//     (and its next WRITE fails) but not the type 1 one;
+//   - rdmarw contexts WRITE a three-page list into the guest through a
+//     fast-reg MR and READ it back as split READs.
 //
 // The guest cannot register through REG_MR itself: fast registration is
 // a kernel-only verb (libibverbs has no IBV_WR_REG_MR). It runs when
@@ -389,6 +392,45 @@ func TestMemMgtInteropKernelRxe(t *testing.T) {
 	wantK(t, "guest WRITE through softib's type 1 window", kop(k, "write", "off", 0, "len", 1024, "raddr", wmr.Addr()+2048, "rkey", s1), kWCSuccess)
 	k.qp.PostRecv([]verbs.RecvWR{{ID: 53, SGL: []verbs.SGE{rbuf.SGE(0, 256)}}})
 	wantK(t, "guest SEND_WITH_INV of softib's type 1 window", kop(k, "send_inv", "rkey", s1), kWCRemInvReqErr)
+
+	// --- rdmarw contexts against the guest's memory ---
+	// Three pages of four, more elements than the QP's two send SGEs:
+	// Auto WRITEs them through one fast-reg MR (REG_MR + one WRITE);
+	// SGEOnly READs them back as two READs.
+	k = conn()
+	rw := mmAligned(4 * 4096)
+	for i := range rw {
+		rw[i] = byte(i*11 + 2)
+	}
+	rwMR, _ := pd.RegMR(rw, verbs.AccessLocalWrite)
+	sgl := []verbs.SGE{rwMR.SGE(0, 4096), rwMR.SGE(2*4096, 4096), rwMR.SGE(3*4096, 4096)}
+	want := append(append(append([]byte{}, rw[:4096]...), rw[2*4096:3*4096]...), rw[3*4096:]...)
+	var rwc rdmarw.Ctx
+	if n, err := rwc.Init(k.qp, pd, sgl, 0, k.kaddr+40960, k.krkey, rdmarw.Write); err != nil || n != 2 || rwc.NumMRs() != 1 {
+		t.Fatalf("rdmarw WRITE Init: %d WRs, %d MRs, %v", n, rwc.NumMRs(), err)
+	}
+	if err := rwc.Post(nil, 101); err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, "rdmarw WRITE (fast-reg) into the guest", mmPoll(t, k.cq), verbs.WCSuccess)
+	rwc.Destroy()
+	if !bytes.Equal(kget(40960, 3*4096), want) {
+		t.Fatal("rdmarw WRITE landed wrong in the guest")
+	}
+	clear(rw)
+	rwc.Mode = rdmarw.SGEOnly
+	if n, err := rwc.Init(k.qp, pd, sgl, 0, k.kaddr+40960, k.krkey, rdmarw.Read); err != nil || n != 2 {
+		t.Fatalf("rdmarw READ Init: %d WRs, %v", n, err)
+	}
+	if err := rwc.Post(nil, 102); err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, "rdmarw READ (two WRs) from the guest", mmPoll(t, k.cq), verbs.WCSuccess)
+	rwc.Destroy()
+	got := append(append(append([]byte{}, rw[:4096]...), rw[2*4096:3*4096]...), rw[3*4096:]...)
+	if !bytes.Equal(got, want) {
+		t.Fatal("rdmarw READ from the guest returned wrong bytes")
+	}
 
 	g.call(map[string]any{"op": "quit"})
 	r, err := job.Wait(ctx)

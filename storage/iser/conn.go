@@ -161,9 +161,11 @@ func (c *conn) shutdown(why string) {
 		return
 	}
 	c.closing = true
+	// Added under c.mu: Target.Close's own shutdown call takes c.mu
+	// after this, so the Add happens before its Wait.
+	c.t.wg.Add(1)
 	c.mu.Unlock()
 	c.t.cfg.Logf("iser: connection from %v down: %s", c.id.RemoteAddr(), why)
-	c.t.wg.Add(1)
 	go func() {
 		defer c.t.wg.Done()
 		c.id.Disconnect()

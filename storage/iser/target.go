@@ -65,6 +65,8 @@ type Target struct {
 	mu    sync.Mutex
 	conns map[*conn]struct{}
 	wg    sync.WaitGroup
+	// served is closed when Serve returns (nil before Serve runs).
+	served chan struct{}
 	// Stats counts protocol events.
 	Stats Counters
 }
@@ -149,6 +151,11 @@ func (t *Target) Listen() error {
 // Serve handles connections until ctx ends or Close; it returns nil
 // then.
 func (t *Target) Serve(ctx context.Context) error {
+	served := make(chan struct{})
+	t.mu.Lock()
+	t.served = served
+	t.mu.Unlock()
+	defer close(served)
 	if t.tcp != nil {
 		t.wg.Add(1)
 		go func() {
@@ -188,6 +195,17 @@ func (t *Target) Close() error {
 	if t.tcp != nil {
 		t.tcp.Close()
 	}
+	// Serve must be gone before the teardown: it starts connection
+	// teardowns (WaitGroup.Add) that the Wait below must not race.
+	if t.ch != nil {
+		t.ch.Close()
+	}
+	t.mu.Lock()
+	served := t.served
+	t.mu.Unlock()
+	if served != nil {
+		<-served
+	}
 	t.mu.Lock()
 	conns := make([]*conn, 0, len(t.conns))
 	for c := range t.conns {
@@ -196,9 +214,6 @@ func (t *Target) Close() error {
 	t.mu.Unlock()
 	for _, c := range conns {
 		c.shutdown("target closed")
-	}
-	if t.ch != nil {
-		t.ch.Close()
 	}
 	t.wg.Wait()
 	return nil

@@ -174,9 +174,11 @@ func (c *channel) shutdown(why string) {
 		return
 	}
 	c.closing = true
+	// Added under c.mu: Target.Close's own shutdown call takes c.mu
+	// after this, so the Add happens before its Wait.
+	c.t.wg.Add(1)
 	c.mu.Unlock()
 	c.t.cfg.Logf("srp: channel from %v down: %s", c.id.RemoteAddr(), why)
-	c.t.wg.Add(1)
 	go func() {
 		defer c.t.wg.Done()
 		c.id.Disconnect()

@@ -51,6 +51,8 @@ type Target struct {
 	mu    sync.Mutex
 	chans map[*channel]struct{}
 	wg    sync.WaitGroup
+	// served is closed when Serve returns (nil before Serve runs).
+	served chan struct{}
 	// Stats counts protocol events.
 	Stats Counters
 }
@@ -99,6 +101,11 @@ func (t *Target) Listen() error {
 
 // Serve handles logins and channel events until ctx ends or Close.
 func (t *Target) Serve(ctx context.Context) error {
+	served := make(chan struct{})
+	t.mu.Lock()
+	t.served = served
+	t.mu.Unlock()
+	defer close(served)
 	for {
 		ev, err := t.ch.GetEvent(ctx)
 		if err != nil {
@@ -128,6 +135,17 @@ func (t *Target) Close() error {
 	if t.lis != nil {
 		t.lis.Destroy()
 	}
+	// Serve must be gone before the teardown: it starts connection
+	// teardowns (WaitGroup.Add) that the Wait below must not race.
+	if t.ch != nil {
+		t.ch.Close()
+	}
+	t.mu.Lock()
+	served := t.served
+	t.mu.Unlock()
+	if served != nil {
+		<-served
+	}
 	t.mu.Lock()
 	chans := make([]*channel, 0, len(t.chans))
 	for c := range t.chans {
@@ -136,9 +154,6 @@ func (t *Target) Close() error {
 	t.mu.Unlock()
 	for _, c := range chans {
 		c.shutdown("target closed")
-	}
-	if t.ch != nil {
-		t.ch.Close()
 	}
 	t.wg.Wait()
 	return nil

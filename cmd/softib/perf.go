@@ -71,6 +71,9 @@ func runPerf(t perftest.Test, args []string) int {
 		return fail(name, err)
 	}
 	defer d.Close()
+	if err := perftest.CheckDevice(d, &cfg); err != nil {
+		return fail(name, err)
+	}
 	cfg.Port, cfg.GIDIndex, cfg.PeerUDPPort = dev.Port(), dev.GIDIndex, dev.PeerPort()
 	cfg.BindAddr = dev.BindAddr()
 	var out io.Writer = os.Stdout

@@ -60,6 +60,8 @@ func TestCLIEndToEnd(t *testing.T) {
 	}{
 		{"rc_pingpong", func(a []string) int { return runPingpong(pingpong.RC, a) }, []string{"-n", "20", "-s", "100", "-c"}},
 		{"ud_pingpong", func(a []string) int { return runPingpong(pingpong.UD, a) }, []string{"-n", "20", "-s", "100"}},
+		// No -s: the default 2048 shrinks to the 1024-byte port MTU.
+		{"ud_pingpong default size", func(a []string) int { return runPingpong(pingpong.UD, a) }, []string{"-n", "20"}},
 		{"perf write_bw", func(a []string) int { return runPerf(perftest.WriteBW, a) }, []string{"-n", "50", "-s", "1000", "-x", "1"}},
 		{"perf send_lat", func(a []string) int { return runPerf(perftest.SendLat, a) }, []string{"-n", "20", "--json"}},
 		{"perf read_bw", func(a []string) int { return runPerf(perftest.ReadBW, a) }, []string{"-n", "20", "-s", "4096", "--json"}},

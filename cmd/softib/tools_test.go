@@ -31,3 +31,26 @@ func TestCLIHelpAndErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIInputChecks: zero sizes, iterations and QP counts are refused
+// (not taken for "the default"), a -q the device cannot hold fails before
+// any connection, naming -q.
+func TestCLIInputChecks(t *testing.T) {
+	nowhere := loopaddr.Next().String() // no server: a check that passes would fail later, with another message
+	for _, c := range []struct {
+		run  func([]string) int
+		args []string
+		want int
+	}{
+		{runPerfDispatch, []string{"write_bw", "-s", "0", nowhere}, 2},
+		{runPerfDispatch, []string{"write_bw", "-n", "0", nowhere}, 2},
+		{runPerfDispatch, []string{"write_bw", "-q", "0", nowhere}, 2},
+		{runPerfDispatch, []string{"write_bw", "--addr", loopaddr.Next().String(), "-q", "100000", nowhere}, 1},
+		{func(a []string) int { return runPingpong(pingpong.RC, a) }, []string{"-s", "0", nowhere}, 2},
+		{func(a []string) int { return runPingpong(pingpong.UD, a) }, []string{"-n", "0", nowhere}, 2},
+	} {
+		if got := c.run(c.args); got != c.want {
+			t.Errorf("%v: exit %d, want %d", c.args, got, c.want)
+		}
+	}
+}

@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"softib/verbs"
 )
 
 // Flags holds the command-line form of a Config; Register adds perftest's
 // flags (device flags come from devsel).
 type Flags struct {
+	fs       *flag.FlagSet
 	cfg      *Config
 	duration int
 	atomic   string
@@ -19,7 +22,7 @@ type Flags struct {
 
 // RegisterFlags adds perftest's flags for cfg to fs.
 func RegisterFlags(fs *flag.FlagSet, cfg *Config) *Flags {
-	f := &Flags{cfg: cfg}
+	f := &Flags{fs: fs, cfg: cfg}
 	both := func(short, long string, fn func(name string)) {
 		fn(short)
 		fn(long)
@@ -58,6 +61,36 @@ func (f *Flags) Finish(args []string) error {
 	default:
 		return fmt.Errorf("too many arguments %q: want at most the server address", args)
 	}
+	// Zero is the Config's "default", so a 0 given on the command line
+	// would silently become perftest's default: refuse it, as perftest
+	// does.
+	var bad error
+	f.fs.Visit(func(fl *flag.Flag) {
+		if bad != nil {
+			return
+		}
+		switch fl.Name {
+		case "s", "size":
+			if f.cfg.Size < 1 || f.cfg.Size > MaxSize {
+				bad = fmt.Errorf("-%s %s: the message size must be 1..%d", fl.Name, fl.Value, MaxSize)
+			}
+		case "n", "iters":
+			if f.cfg.Iters < 1 {
+				bad = fmt.Errorf("-%s %s: the number of iterations must be positive", fl.Name, fl.Value)
+			}
+		case "q", "qp":
+			if f.cfg.QPs < 1 {
+				bad = fmt.Errorf("-%s %s: the number of QPs must be positive", fl.Name, fl.Value)
+			}
+		case "t", "tx-depth", "r", "rx-depth", "Q", "cq-mod":
+			if v := fl.Value.(flag.Getter).Get().(int); v < 1 {
+				bad = fmt.Errorf("-%s %s: must be positive", fl.Name, fl.Value)
+			}
+		}
+	})
+	if bad != nil {
+		return bad
+	}
 	if f.duration < 0 {
 		return fmt.Errorf("bad -D %d", f.duration)
 	}
@@ -72,6 +105,18 @@ func (f *Flags) Finish(args []string) error {
 	}
 	if c := strings.ToUpper(f.conn); c != "RC" {
 		return fmt.Errorf("connection type %s not supported: softib's perftest runs RC", c)
+	}
+	return nil
+}
+
+// CheckDevice refuses, before any connection, settings the device cannot
+// hold: more QPs (-q) than it has.
+func CheckDevice(dev verbs.Device, cfg *Config) error {
+	attr := dev.Query()
+	// One QP of the device is the GSI QP (QP1) and the control channel
+	// of -R takes one more.
+	if limit := attr.MaxQP - 2; attr.MaxQP > 0 && cfg.QPs > limit {
+		return fmt.Errorf("-q %d: %s holds at most %d QPs for a test (max_qp %d)", cfg.QPs, dev.Name(), limit, attr.MaxQP)
 	}
 	return nil
 }

@@ -8,13 +8,14 @@ import (
 // Flags is the command-line form of a Config (rdma-core's options; the
 // device options -d, -i, -g come from devsel).
 type Flags struct {
+	fs  *flag.FlagSet
 	cfg Config
 	sl  *uint
 }
 
 // RegisterFlags adds the pingpong flags of kind to fs.
 func RegisterFlags(fs *flag.FlagSet, kind Kind) (*Flags, error) {
-	f := &Flags{cfg: Config{Kind: kind}}
+	f := &Flags{fs: fs, cfg: Config{Kind: kind}}
 	c := &f.cfg
 	size := 4096
 	if kind == UD {
@@ -60,6 +61,9 @@ func (f *Flags) Finish(args []string) (Config, error) {
 	default:
 		return Config{}, fmt.Errorf("too many arguments %q: want at most the server host", args)
 	}
+	sizeSet := false
+	f.fs.Visit(func(fl *flag.Flag) { sizeSet = sizeSet || fl.Name == "s" || fl.Name == "size" })
+	c.FitMTU = c.Kind == UD && !sizeSet
 	if *f.sl > 15 {
 		return Config{}, fmt.Errorf("bad service level %d", *f.sl)
 	}
@@ -67,8 +71,13 @@ func (f *Flags) Finish(args []string) (Config, error) {
 	if c.TCPPort <= 0 || c.TCPPort > 65535 {
 		return Config{}, fmt.Errorf("bad port %d", c.TCPPort)
 	}
-	if c.Size <= 0 || c.RxDepth <= 0 || c.Iters <= 0 {
-		return Config{}, fmt.Errorf("size, rx-depth and iters must be positive")
+	switch {
+	case c.Size <= 0:
+		return Config{}, fmt.Errorf("-s %d: the message size must be positive", c.Size)
+	case c.RxDepth <= 0:
+		return Config{}, fmt.Errorf("-r %d: the receive depth must be positive", c.RxDepth)
+	case c.Iters <= 0:
+		return Config{}, fmt.Errorf("-n %d: the number of exchanges must be positive", c.Iters)
 	}
 	if c.Kind == RC && MTUFromFlag(c.MTU) == 0 {
 		return Config{}, fmt.Errorf("bad MTU %d: use 256, 512, 1024, 2048 or 4096", c.MTU)

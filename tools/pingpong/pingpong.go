@@ -79,6 +79,10 @@ type Config struct {
 	// Check validates received data (-c, rdma-core's --chk): the first
 	// byte of every 4 KiB page is 0 and the others 0x7b.
 	Check bool
+	// FitMTU (UD) shrinks a Size larger than the port's MTU to the MTU
+	// instead of failing; the CLI sets it when -s is not given, so that
+	// ud_pingpong with no flags works on a 1500-byte link (1024-byte MTU).
+	FitMTU bool
 	// Port is the IB port (1).
 	Port uint8
 	// GIDIndex is the local GID index (-g); -1 sends a zero GID.
@@ -233,6 +237,9 @@ func (r *runner) setup() error {
 	pa, err := r.dev.QueryPort(c.Port)
 	if err != nil {
 		return fmt.Errorf("couldn't get port info: %w", err)
+	}
+	if c.Kind == UD && c.FitMTU && c.Size > pa.ActiveMTU.Bytes() {
+		c.Size = pa.ActiveMTU.Bytes()
 	}
 	if c.Kind == UD && c.Size > pa.ActiveMTU.Bytes() {
 		return fmt.Errorf("requested size larger than port MTU (%d)", pa.ActiveMTU.Bytes())

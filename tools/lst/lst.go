@@ -883,6 +883,9 @@ func (l *lst) quick(ctx context.Context, args []string) int {
 	if *seconds <= 0 || *delay <= 0 {
 		return l.usage("--seconds and --delay must be positive")
 	}
+	// One report at the end at least: a --delay longer than the run
+	// would stretch the run to --delay.
+	*delay = min(*delay, *seconds)
 	split := func(s string) []string {
 		return strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' })
 	}

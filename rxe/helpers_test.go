@@ -1,12 +1,12 @@
 package rxe_test
 
 import (
-	"fmt"
 	"net/netip"
 	"testing"
 	"time"
 
 	"softib/internal/testaddr"
+	"softib/internal/verbstest"
 	"softib/rxe"
 	"softib/verbs"
 )
@@ -18,19 +18,11 @@ func testAddr() netip.Addr { return testaddr.Next() }
 
 func openDev(t testing.TB, cfg rxe.Config) *rxe.Device {
 	t.Helper()
-	if !cfg.Addr.IsValid() && cfg.Conn == nil {
-		cfg.Addr = testAddr()
-	}
-	d, err := rxe.Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return d.(*rxe.Device)
+	return verbstest.Loopback().Open(t, cfg)
 }
 
 // end is one side of a connection: a device, PD, CQ, QP and a registered
-// buffer.
+// buffer (verbstest.End under the short names these tests use).
 type end struct {
 	dev *rxe.Device
 	pd  verbs.PD
@@ -52,6 +44,10 @@ func (e *end) guard() *time.Ticker {
 	return e.ticker
 }
 
+func (e *end) v() *verbstest.End {
+	return &verbstest.End{Dev: e.dev, PD: e.pd, CQ: e.cq, Ch: e.ch, QP: e.qp, MR: e.mr, Buf: e.buf}
+}
+
 func newEnd(t testing.TB, d *rxe.Device, typ verbs.QPType, bufSize int) *end {
 	return newEndHandler(t, d, typ, bufSize, nil)
 }
@@ -60,30 +56,8 @@ func newEnd(t testing.TB, d *rxe.Device, typ verbs.QPType, bufSize int) *end {
 // then has no completion channel).
 func newEndHandler(t testing.TB, d *rxe.Device, typ verbs.QPType, bufSize int, h func(verbs.CQ)) *end {
 	t.Helper()
-	e := &end{dev: d}
-	var err error
-	if e.pd, err = d.AllocPD(); err != nil {
-		t.Fatal(err)
-	}
-	attr := verbs.CQAttr{CQE: 4096, Handler: h}
-	if h == nil {
-		e.ch = verbs.NewCompChannel(0)
-		attr.Channel = e.ch
-	}
-	if e.cq, err = d.CreateCQ(attr); err != nil {
-		t.Fatal(err)
-	}
-	e.qp, err = e.pd.CreateQP(&verbs.QPInitAttr{Type: typ, SendCQ: e.cq, RecvCQ: e.cq,
-		Cap: verbs.QPCap{MaxSendWR: 1024, MaxRecvWR: 1024, MaxSendSGE: 32, MaxRecvSGE: 32, MaxInlineData: 400}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.buf = make([]byte, bufSize)
-	all := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
-	if e.mr, err = e.pd.RegMR(e.buf, all); err != nil {
-		t.Fatal(err)
-	}
-	return e
+	v := verbstest.NewEnd(t, d, typ, verbstest.EndOpts{Buf: bufSize, Handler: h})
+	return &end{dev: d, pd: v.PD, cq: v.CQ, ch: v.Ch, qp: v.QP, mr: v.MR, buf: v.Buf}
 }
 
 type connOpts struct {
@@ -96,81 +70,13 @@ type connOpts struct {
 	exact    bool // use timeout, retry, rnrRetry as given (0 included)
 }
 
-func (o *connOpts) defaults() {
-	if o.exact {
-		if o.mtu == 0 {
-			o.mtu = verbs.MTU1024
-		}
-		if o.qkey == 0 {
-			o.qkey = 0x11111111
-		}
-		return
-	}
-	if o.mtu == 0 {
-		o.mtu = verbs.MTU1024
-	}
-	if o.timeout == 0 {
-		// 0.5 s: the shared CI machines delay loopback datagrams by tens
-		// of ms under load, which the rxe-typical 67 ms (14) would turn
-		// into spurious retransmissions.
-		o.timeout = 17
-	}
-	if o.retry == 0 {
-		o.retry = 7
-	}
-	if o.rnrRetry == 0 {
-		o.rnrRetry = 7
-	}
-	if o.minRNR == 0 {
-		o.minRNR = 1
-	}
-	if o.qkey == 0 {
-		o.qkey = 0x11111111
-	}
-}
-
-func ahTo(d *rxe.Device) verbs.AHAttr {
-	a := d.Addr()
-	return verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: verbs.GIDFromAddr(a.Addr()), SGIDIndex: 1, HopLimit: 64}, DPort: a.Port()}
-}
+func ahTo(d *rxe.Device) verbs.AHAttr { return verbstest.AHTo(d) }
 
 // connect moves e to RTS talking to peer.
 func connect(t testing.TB, e, peer *end, o connOpts) {
 	t.Helper()
-	o.defaults()
-	typ := e.qp.Type()
-	all := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
-	mod := func(a verbs.QPAttr, m verbs.QPAttrMask) {
-		t.Helper()
-		if err := e.qp.Modify(&a, m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	switch typ {
-	case verbs.QPTypeUD:
-		mod(verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1, QKey: o.qkey}, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrQKey)
-		mod(verbs.QPAttr{State: verbs.QPStateRTR}, verbs.QPAttrState)
-		mod(verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: 0}, verbs.QPAttrState|verbs.QPAttrSQPSN)
-		return
-	case verbs.QPTypeGSI:
-		mod(verbs.QPAttr{State: verbs.QPStateInit, QKey: rxe.GSIQKey}, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrQKey)
-		mod(verbs.QPAttr{State: verbs.QPStateRTR}, verbs.QPAttrState)
-		mod(verbs.QPAttr{State: verbs.QPStateRTS}, verbs.QPAttrState|verbs.QPAttrSQPSN)
-		return
-	}
-	mod(verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1, AccessFlags: all}, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags)
-	rtr := verbs.QPAttr{State: verbs.QPStateRTR, AH: ahTo(peer.dev), PathMTU: o.mtu, DestQPN: peer.qp.QPN(), RQPSN: 0xFFFFF0, MaxDestRdAtomic: 16, MinRNRTimer: o.minRNR}
-	m := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN
-	if typ == verbs.QPTypeRC {
-		m |= verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
-	}
-	mod(rtr, m)
-	rts := verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: 0xFFFFF0, Timeout: o.timeout, RetryCnt: o.retry, RNRRetry: o.rnrRetry, MaxRdAtomic: 16}
-	m = verbs.QPAttrState | verbs.QPAttrSQPSN
-	if typ == verbs.QPTypeRC {
-		m |= verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
-	}
-	mod(rts, m)
+	verbstest.Connect(t, e.v(), peer.v(), verbstest.ConnOpts{MTU: o.mtu, Timeout: o.timeout, Retry: o.retry,
+		RNRRetry: o.rnrRetry, MinRNR: o.minRNR, QKey: o.qkey, SQPSN: 0xFFFFF0, Exact: o.exact})
 }
 
 // pair opens two devices and connects one QP of type typ on each.
@@ -212,29 +118,15 @@ func waitWC(t testing.TB, cq verbs.CQ, n int) []verbs.WC {
 	return out
 }
 
-func post(t testing.TB, e *end, wrs ...verbs.SendWR) {
-	t.Helper()
-	if n, err := e.qp.PostSend(wrs); err != nil {
-		t.Fatalf("post send: %d: %v", n, err)
-	}
-}
+func post(t testing.TB, e *end, wrs ...verbs.SendWR) { t.Helper(); verbstest.Post(t, e.v(), wrs...) }
 
 func postRecv(t testing.TB, e *end, wrs ...verbs.RecvWR) {
 	t.Helper()
-	if n, err := e.qp.PostRecv(wrs); err != nil {
-		t.Fatalf("post recv: %d: %v", n, err)
-	}
+	verbstest.PostRecv(t, e.v(), wrs...)
 }
 
-func wantOK(t testing.TB, wc verbs.WC, op verbs.WCOpcode) {
-	t.Helper()
-	if wc.Status != verbs.WCSuccess || wc.Opcode != op {
-		t.Fatalf("completion %+v: want %v success (%s)", wc, op, fmt.Sprint(wc.Status))
-	}
-}
+func wantOK(t testing.TB, wc verbs.WC, op verbs.WCOpcode) { t.Helper(); verbstest.WantOK(t, wc, op) }
 
 // sync establishes, for the race detector, happens-before between the
-// test and e's engine: the responder touches memory only while holding the
-// QP mutex, which Query takes. Real peers are separate processes; here the
-// causality runs through the kernel socket, which the detector cannot see.
+// test and e's engine (see verbstest.End.Sync).
 func (e *end) sync() { e.qp.Query() }

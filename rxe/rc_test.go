@@ -2,19 +2,15 @@ package rxe_test
 
 import (
 	"bytes"
-	"math/rand/v2"
 	"testing"
 
+	"softib/internal/verbstest"
 	"softib/rxe"
 	"softib/verbs"
 )
 
-func fill(b []byte, seed uint64) {
-	r := rand.New(rand.NewPCG(seed, seed^0x9E3779B97F4A7C15))
-	for i := range b {
-		b[i] = byte(r.Uint32())
-	}
-}
+// fill writes verbstest.Fill's pseudo-random pattern.
+func fill(b []byte, seed uint64) { verbstest.Fill(b, seed) }
 
 func TestRCSendWriteRead(t *testing.T) {
 	const size = 1 << 20

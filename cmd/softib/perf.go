@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"strings"
 
@@ -76,6 +77,14 @@ func runPerf(t perftest.Test, args []string) int {
 	}
 	cfg.Port, cfg.GIDIndex, cfg.PeerUDPPort = dev.Port(), dev.GIDIndex, dev.PeerPort()
 	cfg.BindAddr = dev.BindAddr()
+	if pf.SourceIP != "" {
+		a, err := netip.ParseAddr(pf.SourceIP)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "softib %s: bad --source_ip %q: want an IP address\n", name, pf.SourceIP)
+			return 2
+		}
+		cfg.BindAddr = a.Unmap()
+	}
 	var out io.Writer = os.Stdout
 	if *asJSON {
 		out = io.Discard
@@ -88,13 +97,26 @@ func runPerf(t perftest.Test, args []string) int {
 	if err != nil && !interrupted {
 		return fail(name, err)
 	}
+	doc := map[string]any{"test": t.String(), "server": cfg.Host == "", "results": rows}
+	if interrupted {
+		doc["interrupted"] = true
+	}
 	if *asJSON {
-		doc := map[string]any{"test": t.String(), "server": cfg.Host == "", "results": rows}
-		if interrupted {
-			doc["interrupted"] = true
-		}
 		if err := writeJSON(os.Stdout, doc); err != nil {
 			return fail(name, err)
+		}
+	}
+	if pf.OutJSON {
+		f, err := os.Create(pf.OutJSONFile)
+		if err != nil {
+			return fail(name, fmt.Errorf("--out_json_file: %w", err))
+		}
+		werr := writeJSON(f, doc)
+		if cerr := f.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr != nil {
+			return fail(name, fmt.Errorf("--out_json_file: %w", werr))
 		}
 	}
 	if interrupted {

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -121,5 +124,54 @@ func TestCLIServersShareTCPPort(t *testing.T) {
 	wg.Wait()
 	if codes[0] != 0 || codes[1] != 0 {
 		t.Fatalf("server exits %v", codes)
+	}
+}
+
+// TestCLIPerfFlags: -I, -S, -N and --out_json_file reach the run; -T is
+// refused while the device cannot put a TOS into its packets.
+func TestCLIPerfFlags(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "out.json")
+	run := func(a []string) int { return runPerf(perftest.WriteBW, a) }
+	port := freePort(t)
+	srv := loopaddr.Next().String()
+	var wg sync.WaitGroup
+	var scode int
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		scode = run([]string{"--addr", srv, "-p", port, "-n", "50", "-s", "512", "-I", "256", "-S", "3"})
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code := run([]string{"--addr", loopaddr.Next().String(), "-p", port, "-n", "50", "-s", "512", "-I", "256", "-S", "3", "-N", "--out_json_file", file, srv})
+		if code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("client exit %d", code)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	wg.Wait()
+	if scode != 0 {
+		t.Fatalf("server exit %d", scode)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Test    string `json:"test"`
+		Results []struct {
+			Bytes  int     `json:"bytes"`
+			BWPeak float64 `json:"bw_peak"`
+			BWAvg  float64 `json:"bw_average"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil || doc.Test != "write_bw" || len(doc.Results) != 1 || doc.Results[0].BWPeak != 0 {
+		t.Fatalf("--out_json_file: %v\n%s", err, b)
+	}
+	if code := run([]string{"-T", "4", srv}); code != 2 {
+		t.Fatalf("-T: exit %d, want 2", code)
 	}
 }

@@ -187,6 +187,14 @@ type Config struct {
 	ReportGbits bool
 	// Events sleeps on completion events (-e).
 	Events bool
+	// Inline is -I: the largest message sent inline (0 = perftest's
+	// default: 220/236 bytes for write/send latency tests, none for the
+	// rest; -1 = never).
+	Inline int
+	// SL is -S: the service level of the address vectors (0-15).
+	SL uint8
+	// NoPeak is -N: report no peak bandwidth (perftest prints 0.00).
+	NoPeak bool
 	// RDMACM selects -R; it needs CM.
 	RDMACM bool
 	// CM is the RDMA CM connector (nil: -R is refused).

@@ -18,6 +18,14 @@ type Flags struct {
 	atomic   string
 	conn     string
 	cpuFreq  bool
+	sl       uint
+	tos      int
+	// SourceIP is --source_ip (the CLI binds the exchange to it).
+	SourceIP string
+	// OutJSON and OutJSONFile are --out_json and --out_json_file: the
+	// CLI writes the results as JSON to the file (perftest_out.json).
+	OutJSON     bool
+	OutJSONFile string
 }
 
 // RegisterFlags adds perftest's flags for cfg to fs.
@@ -47,6 +55,15 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) *Flags {
 	both("p", "port", func(n string) { fs.IntVar(&cfg.TCPPort, n, DefaultTCPPort, "TCP `port` of the exchange") })
 	both("R", "rdma_cm", func(n string) { fs.BoolVar(&cfg.RDMACM, n, false, "connect QPs with RDMA CM") })
 	both("e", "events", func(n string) { fs.BoolVar(&cfg.Events, n, false, "sleep on CQ events instead of polling") })
+	both("I", "inline_size", func(n string) {
+		fs.IntVar(&cfg.Inline, n, 0, "largest message `size` sent inline (default: 220 write_lat, 236 send_lat, none otherwise; -1: never)")
+	})
+	both("S", "sl", func(n string) { fs.UintVar(&f.sl, n, 0, "service `level` of the address vectors (0-15)") })
+	both("T", "tos", func(n string) { fs.IntVar(&f.tos, n, -1, "type of service (IP TOS byte) of the packets") })
+	both("N", "noPeak", func(n string) { fs.BoolVar(&cfg.NoPeak, n, false, "report no peak bandwidth (0.00)") })
+	fs.StringVar(&f.SourceIP, "source_ip", "", "source IP `address` of the exchange connection (default: --addr when given)")
+	fs.BoolVar(&f.OutJSON, "out_json", false, "also write the results as JSON to --out_json_file")
+	fs.StringVar(&f.OutJSONFile, "out_json_file", "", "`file` for --out_json (default perftest_out.json; implies --out_json)")
 	both("c", "connection", func(n string) { fs.StringVar(&f.conn, n, "RC", "connection `type` (RC only)") })
 	return f
 }
@@ -90,6 +107,20 @@ func (f *Flags) Finish(args []string) error {
 	})
 	if bad != nil {
 		return bad
+	}
+	if f.sl > 15 {
+		return fmt.Errorf("-S %d: the service level must be 0-15", f.sl)
+	}
+	f.cfg.SL = uint8(f.sl)
+	if f.tos >= 0 {
+		// The Soft-RoCE device does not put a traffic class into its
+		// packets' IP header yet: refuse rather than ignore.
+		return fmt.Errorf("-T %d: softib's Soft-RoCE device does not set the IP TOS/traffic class of its packets yet", f.tos)
+	}
+	if f.OutJSONFile != "" {
+		f.OutJSON = true
+	} else if f.OutJSON {
+		f.OutJSONFile = "perftest_out.json"
 	}
 	if f.duration < 0 {
 		return fmt.Errorf("bad -D %d", f.duration)

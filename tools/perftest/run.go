@@ -135,6 +135,12 @@ func NewResources(dev verbs.Device, cfg *Config, mtu verbs.MTU, cycle, cacheLine
 			inline = 236
 		}
 	}
+	switch {
+	case cfg.Inline > 0:
+		inline = cfg.Inline
+	case cfg.Inline < 0:
+		inline = 0
+	}
 	rx := 1
 	if v == VerbSend {
 		rx = cfg.RxDepth
@@ -170,7 +176,7 @@ func (r *Resources) Connect(cfg *Config, client bool) error {
 			return fmt.Errorf("peer QP %#x sent no GID: RoCE needs one (run the peer with -x 1)", rem.QPN)
 		}
 		c := rdmautil.RCConnect{MTU: r.MTU, DestQPN: rem.QPN, RQPSN: rem.PSN, SQPSN: r.Local[i].PSN,
-			AV:              rdmautil.AV(cfg.Port, rdmautil.Peer{LID: rem.LID, GID: rem.GID, DPort: cfg.PeerUDPPort}, r.GIDIndex, HopLimit, 0),
+			AV:              rdmautil.AV(cfg.Port, rdmautil.Peer{LID: rem.LID, GID: rem.GID, DPort: cfg.PeerUDPPort}, r.GIDIndex, HopLimit, cfg.SL),
 			MaxDestRdAtomic: uint8(min(r.OutReads, 255)), MinRNRTimer: MinRNRTimer,
 			Timeout: DefaultQPTimeout, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: uint8(min(max(int(rem.OutReads), 1), 255))}
 		if err := rdmautil.ToRTR(qp, &c); err != nil {
@@ -401,13 +407,13 @@ func run(ctx context.Context, dev verbs.Device, cfg *Config, p *Proto, client bo
 		for _, size := range cfg.sizes() {
 			s, err := e.BW(ctx, size, cfg.Iters, deadline())
 			if errors.Is(err, ErrInterrupted) {
-				emit(BWRow(t, s, cfg.ReportGbits))
+				emit(bwRow(cfg, s))
 				fmt.Fprintf(cfg.Out, " interrupted: the row above is a partial result (%d iterations)\n", s.Iters)
 			}
 			if err != nil {
 				return rows, err
 			}
-			last = BWRow(t, s, cfg.ReportGbits)
+			last = bwRow(cfg, s)
 			emit(last)
 		}
 		if err := hs0(); err != nil {
@@ -439,13 +445,13 @@ func run(ctx context.Context, dev verbs.Device, cfg *Config, p *Proto, client bo
 				s, err = e.RecvBW(ctx, size, cfg.Iters, deadline())
 			}
 			if errors.Is(err, ErrInterrupted) {
-				emit(BWRow(t, s, cfg.ReportGbits))
+				emit(bwRow(cfg, s))
 				fmt.Fprintf(cfg.Out, " interrupted: the row above is a partial result (%d iterations)\n", s.Iters)
 			}
 			if err != nil {
 				return rows, err
 			}
-			emit(BWRow(t, s, cfg.ReportGbits))
+			emit(bwRow(cfg, s))
 			if cfg.AllSizes {
 				if err := hs0(); err != nil {
 					return rows, err
@@ -516,4 +522,13 @@ func listenAddr(a netip.Addr, port int) string {
 		return ":" + strconv.Itoa(port)
 	}
 	return netip.AddrPortFrom(a, uint16(port)).String()
+}
+
+// bwRow is BWRow with -N (no peak) applied.
+func bwRow(cfg *Config, s *Sample) Row {
+	r := BWRow(cfg.Test, s, cfg.ReportGbits)
+	if cfg.NoPeak {
+		r.BWPeak = 0
+	}
+	return r
 }

@@ -70,6 +70,9 @@ const retryDelay = 100 * time.Millisecond
 // Ctrl is the RDMA CM control channel of one run. It also owns the
 // run's test-QP connections.
 type Ctrl struct {
+	// src is the source address of the client's connections
+	// (Config.BindAddr: --addr or --source_ip); zero: the route's.
+	src    netip.Addr
 	m      *rdmacm.Manager
 	ch     *rdmacm.EventChannel
 	client bool
@@ -106,7 +109,7 @@ func (h *Hook) retries() int {
 // Control opens the control channel: a listener on cfg.TCPPort that
 // accepts one connection (server), or a connection to cfg.Host.
 func (h *Hook) Control(ctx context.Context, dev verbs.Device, cfg *perftest.Config) (perftest.Ctrl, error) {
-	c := &Ctrl{m: rdmacm.NewManager(h.CM), ch: rdmacm.NewEventChannel(), client: cfg.Host != "", gidIdx: cfg.GIDIndex}
+	c := &Ctrl{m: rdmacm.NewManager(h.CM), ch: rdmacm.NewEventChannel(), client: cfg.Host != "", gidIdx: cfg.GIDIndex, src: cfg.BindAddr}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if err := c.m.AddDevice(dev); err != nil {
 		c.Close()
@@ -180,7 +183,11 @@ func (c *Ctrl) resolve(ch *rdmacm.EventChannel, ctx any, dst netip.AddrPort) (*r
 	if err != nil {
 		return nil, err
 	}
-	if err := id.ResolveAddr(netip.AddrPort{}, dst, 2*time.Second); err != nil {
+	var src netip.AddrPort
+	if c.src.IsValid() {
+		src = netip.AddrPortFrom(c.src, 0)
+	}
+	if err := id.ResolveAddr(src, dst, 2*time.Second); err != nil {
 		id.Destroy()
 		return nil, fmt.Errorf("%w: rdma_resolve_addr %v: %w", ErrConnect, dst, err)
 	}

@@ -134,9 +134,11 @@ type conn struct {
 	noops []*tx
 	// kept payloads of the batch: each spliced after iov[:at]
 	splices []spliceAt
+	sout    spliceIO
 
 	// reader-owned
-	capNext bool // the last payload was kept: read the next header alone
+	capNext bool     // the last payload was kept: read the next header alone
+	sin     spliceIO // splice into a pipe in progress
 	rxbuf   [hdrRoom]byte
 	hdr     lnetwire.Header
 	rxIov   [][]byte

@@ -2,6 +2,9 @@
 
 package socklnd
 
+// RaceEnabled reports a -race build (allocation counts are off).
+const RaceEnabled = raceEnabled
+
 // KeepOff turns forwarding through pipes off (benchmarks).
 var KeepOff = &keepOff
 

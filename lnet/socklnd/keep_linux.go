@@ -262,43 +262,16 @@ func (c *conn) readKept(dst lnd.IOV, rlen int) (*keptPayload, error) {
 		}
 	}
 	// The read buffer is empty now: the rest comes off the socket.
-	var serr error
 	if err == nil {
-		err = c.raw.Read(func(fd uintptr) bool {
-			queued := false // the socket held data before the last splice
-			for p.n < rlen {
-				k, err := unix.Splice(int(fd), nil, p.w, nil, rlen-p.n, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
-				switch {
-				case k > 0:
-					p.n += int(k)
-					queued = false
-				case err == unix.EINTR:
-				case err == unix.EAGAIN:
-					// No data, or no room in the pipe. Data seen on the
-					// socket before a splice that still moved nothing
-					// (only we read it) means the second.
-					q, qerr := unix.IoctlGetInt(int(fd), unix.SIOCINQ)
-					if qerr != nil || q == 0 {
-						return false
-					}
-					if queued {
-						serr = errPipeFull
-						return true
-					}
-					queued = true
-				case err == nil:
-					serr = io.ErrUnexpectedEOF
-					return true
-				default:
-					serr = err
-					return true
-				}
-			}
-			return true
-		})
-		if err == nil {
-			err = serr
+		if c.sin.fn == nil {
+			c.sin.fn = c.spliceInStep // bound once: no allocation per message
 		}
+		c.sin.p, c.sin.want, c.sin.err = p, rlen, nil
+		err = c.raw.Read(c.sin.fn)
+		if err == nil {
+			err = c.sin.err
+		}
+		c.sin.p, c.sin.err = nil, nil
 	}
 	if err == errPipeFull {
 		// Copy what the pipe holds, read the rest into dst.
@@ -331,31 +304,87 @@ func (c *conn) readInto(dst lnd.IOV, n int) error {
 	return nil
 }
 
-// spliceOut writes the pipe's bytes into the connection.
-func (c *conn) spliceOut(p *keptPayload) error {
-	var serr error
-	err := c.raw.Write(func(fd uintptr) bool {
-		for p.n > 0 {
-			k, err := unix.Splice(p.r, nil, int(fd), nil, p.n, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
-			switch {
-			case k > 0:
-				p.n -= int(k)
-			case err == unix.EINTR:
-			case err == unix.EAGAIN:
-				return false // the socket is full; the pipe is not empty
-			case err == nil:
-				serr = io.ErrShortWrite
-				return true
-			default:
-				serr = err
+// spliceIO is one side's splice in progress (the reader's into a pipe,
+// the writer's out of one): the step function RawConn calls is bound to
+// the connection once, and its state lives here, so a message costs no
+// closure allocation.
+type spliceIO struct {
+	p    *keptPayload
+	want int // spliceInStep: the bytes the pipe must hold
+	err  error
+	fn   func(fd uintptr) bool
+}
+
+// spliceInStep moves socket bytes into c.sin.p until it holds c.sin.want;
+// false asks RawConn to wait until the socket is readable.
+func (c *conn) spliceInStep(fd uintptr) bool {
+	s := &c.sin
+	queued := false // the socket held data before the last splice
+	for s.p.n < s.want {
+		k, err := unix.Splice(int(fd), nil, s.p.w, nil, s.want-s.p.n, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+		switch {
+		case k > 0:
+			s.p.n += int(k)
+			queued = false
+		case err == unix.EINTR:
+		case err == unix.EAGAIN:
+			// No data, or no room in the pipe. Data seen on the socket
+			// before a splice that still moved nothing (only we read
+			// it) means the second.
+			q, qerr := unix.IoctlGetInt(int(fd), unix.SIOCINQ)
+			if qerr != nil || q == 0 {
+				return false
+			}
+			if queued {
+				s.err = errPipeFull
 				return true
 			}
+			queued = true
+		case err == nil:
+			s.err = io.ErrUnexpectedEOF
+			return true
+		default:
+			s.err = err
+			return true
 		}
-		return true
-	})
-	if err == nil {
-		err = serr
 	}
+	return true
+}
+
+// spliceOutStep moves c.sout.p's bytes into the socket; false asks
+// RawConn to wait until it is writable.
+func (c *conn) spliceOutStep(fd uintptr) bool {
+	s := &c.sout
+	for s.p.n > 0 {
+		k, err := unix.Splice(s.p.r, nil, int(fd), nil, s.p.n, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+		switch {
+		case k > 0:
+			s.p.n -= int(k)
+		case err == unix.EINTR:
+		case err == unix.EAGAIN:
+			return false // the socket is full; the pipe is not empty
+		case err == nil:
+			s.err = io.ErrShortWrite
+			return true
+		default:
+			s.err = err
+			return true
+		}
+	}
+	return true
+}
+
+// spliceOut writes the pipe's bytes into the connection (the writer).
+func (c *conn) spliceOut(p *keptPayload) error {
+	if c.sout.fn == nil {
+		c.sout.fn = c.spliceOutStep
+	}
+	c.sout.p, c.sout.err = p, nil
+	err := c.raw.Write(c.sout.fn)
+	if err == nil {
+		err = c.sout.err
+	}
+	c.sout.p, c.sout.err = nil, nil
 	if err == nil {
 		c.d.stats.KeptTx.Add(1)
 	}

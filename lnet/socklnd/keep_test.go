@@ -253,3 +253,67 @@ func BenchmarkRoutedSockPut1M(b *testing.B) {
 		benchStream(b, rs.a, rs.b, 1<<20)
 	})
 }
+
+// raceOn is the package's raceEnabled, for the external tests.
+var raceOn = socklnd.RaceEnabled
+
+// TestRoutedSockAllocs: forwarding adds no allocation: a routed 1 MiB
+// PUT, A → R (splice in, splice out) → B, in steady state allocates no
+// more in the whole process than a direct one between two tcp nodes (the
+// few both make are the test's EQPoll deadline and lnet's event
+// delivery, on the endpoints): R's socklnd pools its pipes and binds its
+// splice steps once per connection, R's core reuses its buffers.
+func TestRoutedSockAllocs(t *testing.T) {
+	if raceOn || testing.CoverMode() != "" {
+		t.Skip("allocation counts are meaningless under -race or -cover")
+	}
+	ips := socklnd.TestIPs(2)
+	direct := allocsPerPut(t, newInst(t, ips[0], socklnd.BaseConfig()), newInst(t, ips[1], socklnd.BaseConfig()))
+	rs := newRoutedSock(t, socklnd.BaseConfig())
+	routed := allocsPerPut(t, rs.a, rs.b)
+	rx, tx, _ := rs.rStats()
+	if rx < 120 || tx < 120 {
+		t.Fatalf("R spliced %d in, %d out: the rounds did not take the splice path", rx, tx)
+	}
+	t.Logf("allocations per 1 MiB PUT in the process: direct %v, routed %v", direct, routed)
+	if routed > direct {
+		t.Fatalf("routed PUT allocates %v, direct %v: the router allocates per message", routed, direct)
+	}
+}
+
+// allocsPerPut measures the allocations of one 1 MiB PUT from s to r,
+// after a warm-up, in the whole process.
+func allocsPerPut(t *testing.T, s, r *inst) float64 {
+	t.Helper()
+	const size = 1 << 20
+	done := make(chan struct{}, 1)
+	me, err := r.in.MEAttach(e2ePortal, lnetwire.ProcessIDAny, 0, ^uint64(0), lnet.Retain, lnet.InsAfter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.in.MDAttach(me, lnet.MD{Start: make([]byte, size), Threshold: lnet.ThreshInf,
+		Options: lnet.MDOpPut | lnet.MDManageRemote, Handler: func(ev *lnet.Event) {
+			if ev.Type == lnet.EventPut {
+				done <- struct{}{}
+			}
+		}}, lnet.Retain); err != nil {
+		t.Fatal(err)
+	}
+	h, err := s.in.MDBind(lnet.MD{Start: socklnd.Pattern(size, 1), Threshold: lnet.ThreshInf, EQ: s.eq}, lnet.Retain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	round := func() {
+		if err := s.in.Put(lnetwire.NIDAny, h, lnet.AckReqNo, r.id(), e2ePortal, 0, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		if ev := poll(t, s); ev.Type != lnet.EventSend || ev.Status != nil {
+			t.Fatalf("%v: %v", ev.Type, ev.Status)
+		}
+		<-done
+	}
+	for range 20 {
+		round() // connect and warm up pools
+	}
+	return testing.AllocsPerRun(100, round)
+}

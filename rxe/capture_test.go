@@ -2,6 +2,7 @@ package rxe_test
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -206,5 +207,39 @@ func TestQPCounters(t *testing.T) {
 	}
 	if s, r := qpCounter(a, "rdma_sends"), qpCounter(b, "rdma_recvs"); s != 1 || r != 1 {
 		t.Errorf("QP counters: rdma_sends %d, rdma_recvs %d; want 1, 1", s, r)
+	}
+}
+
+// TestCaptureAllocs checks that capturing allocates nothing per packet
+// either (the frame and record buffers are reused): a WRITE, READ and
+// SEND round between two capturing devices.
+func TestCaptureAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under -race (sync.Pool drops items)")
+	}
+	cfg := rxe.Config{DeviceConfig: verbs.DeviceConfig{Capture: io.Discard}}
+	x, y := pair(t, verbs.QPTypeRC, cfg, connOpts{}, 1<<16)
+	wc, wcy := make([]verbs.WC, 1), make([]verbs.WC, 1)
+	w := []verbs.SendWR{{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{x.mr.SGE(0, 16<<10)},
+		RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}}
+	rd := []verbs.SendWR{{Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SGL: []verbs.SGE{x.mr.SGE(32<<10, 16<<10)},
+		RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}}
+	s := []verbs.SendWR{{Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{x.mr.SGE(0, 100)}}}
+	r := []verbs.RecvWR{{SGL: []verbs.SGE{y.mr.SGE(0, 4096)}}}
+	round := func() {
+		x.qp.PostSend(w)
+		pollSpin(t, x.cq, wc)
+		x.qp.PostSend(rd)
+		pollSpin(t, x.cq, wc)
+		y.qp.PostRecv(r)
+		x.qp.PostSend(s)
+		pollSpin(t, x.cq, wc)
+		pollSpin(t, y.cq, wcy)
+	}
+	for range 50 {
+		round() // warm pools, rings and the capture's buffers
+	}
+	if a := testing.AllocsPerRun(200, round); a != 0 {
+		t.Fatalf("%v allocations per WRITE+READ+SEND round with capture on", a)
 	}
 }

@@ -49,12 +49,18 @@ type mmEnd struct {
 // mmConn connects a new RC QP on a to a new one on b.
 func mmConn(t *testing.T, a, b *mmDev) (*mmEnd, *mmEnd) {
 	t.Helper()
+	return mmConnType(t, a, b, verbs.QPTypeRC)
+}
+
+// mmConnType connects a new QP of type typ (RC or UC) on a to one on b.
+func mmConnType(t *testing.T, a, b *mmDev, typ verbs.QPType) (*mmEnd, *mmEnd) {
+	t.Helper()
 	mk := func(d *mmDev) *mmEnd {
 		cq, err := d.dev.CreateCQ(verbs.CQAttr{CQE: 64})
 		if err != nil {
 			t.Fatal(err)
 		}
-		qp, err := d.pd.CreateQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+		qp, err := d.pd.CreateQP(&verbs.QPInitAttr{Type: typ, SendCQ: cq, RecvCQ: cq,
 			Cap: verbs.QPCap{MaxSendWR: 32, MaxRecvWR: 32, MaxSendSGE: 4, MaxRecvSGE: 1, MaxInlineData: 64}})
 		if err != nil {
 			t.Fatal(err)
@@ -62,6 +68,12 @@ func mmConn(t *testing.T, a, b *mmDev) (*mmEnd, *mmEnd) {
 		return &mmEnd{d, cq, qp}
 	}
 	ea, eb := mk(a), mk(b)
+	rtrMask := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN
+	rtsMask := verbs.QPAttrState | verbs.QPAttrSQPSN
+	if typ == verbs.QPTypeRC {
+		rtrMask |= verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
+		rtsMask |= verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
+	}
 	for _, p := range [][2]*mmEnd{{ea, eb}, {eb, ea}} {
 		s, peer := p[0], p[1]
 		gid, _ := peer.dev.QueryGID(1, 1)
@@ -73,12 +85,11 @@ func mmConn(t *testing.T, a, b *mmDev) (*mmEnd, *mmEnd) {
 		if err := s.qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, DestQPN: peer.qp.QPN(),
 			MaxDestRdAtomic: 4, MinRNRTimer: 12, AH: verbs.AHAttr{IsGlobal: true, PortNum: 1,
 				GRH: verbs.GlobalRoute{DGID: gid, SGIDIndex: 1, HopLimit: 64}}},
-			verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
-				verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
+			rtrMask); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
-			verbs.QPAttrState|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|verbs.QPAttrSQPSN|verbs.QPAttrMaxQPRdAtomic); err != nil {
+			rtsMask); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -551,5 +562,35 @@ func TestMemMgtZeroAllocs(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(30, round); n != 0 {
 		t.Fatalf("%v allocations per round of fast-reg and window WRITE+READ", n)
+	}
+}
+
+// TestMemoryWindowUC: BIND_MW is a local operation of UC QPs too (rxe
+// allows it on RC and UC; LOCAL_INV and REG_MR only on RC), and a UC
+// WRITE through the window lands.
+func TestMemoryWindowUC(t *testing.T) {
+	a, b := mmOpen(t), mmOpen(t)
+	buf := make([]byte, 1024)
+	mr, _ := a.pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessMWBind)
+	src, _ := b.pd.RegMR(bytes.Repeat([]byte{0x3C}, 64), verbs.AccessLocalWrite)
+	ta, tb := mmConnType(t, a, b, verbs.QPTypeUC)
+	mw, _ := verbs.AllocMW(a.pd, verbs.MWType2)
+	key := verbs.IncKey(mw.RKey())
+	wantStatus(t, "BIND_MW on UC", ta.do(t, verbs.SendWR{Opcode: verbs.WRBindMW, BindMW: verbs.BindWR{MW: mw, RKey: key,
+		Bind: verbs.MWBind{MR: mr, Addr: mr.Addr() + 512, Length: 256, Access: verbs.AccessRemoteWrite}}}), verbs.WCSuccess)
+	// WRITE_WITH_IMM: its receive completion on a's side orders the data
+	// before the check (UC has no ACK).
+	rmr, _ := a.pd.RegMR(make([]byte, 16), verbs.AccessLocalWrite)
+	if _, err := ta.qp.PostRecv([]verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{rmr.SGE(0, 16)}}}); err != nil {
+		t.Fatal(err)
+	}
+	w := writeWR(src, 0, 64, mr.Addr()+512, key)
+	w.Opcode, w.ImmData = verbs.WRRDMAWriteWithImm, 7
+	wantStatus(t, "UC WRITE_WITH_IMM through the window", tb.do(t, w), verbs.WCSuccess)
+	if wc := ta.wait(t); wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCRecvRDMAWithImm || buf[512] != 0x3C || buf[511] != 0 {
+		t.Fatalf("UC WRITE through the window: %+v, byte %#x", wc, buf[512])
+	}
+	if _, err := ta.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRLocalInv, InvalidateRKey: key}}); !errors.Is(err, verbs.ErrNotSupported) {
+		t.Fatalf("LOCAL_INV on UC: %v", err)
 	}
 }

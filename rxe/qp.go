@@ -906,6 +906,10 @@ func (q *QP) postOne(wr *verbs.SendWR) error {
 	case verbs.QPTypeUC:
 		switch wr.Opcode {
 		case verbs.WRSend, verbs.WRSendWithImm, verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
+		case verbs.WRBindMW: // as rxe_wr_opcode_info: RC and UC
+			if err := checkMemWR(wr); err != nil {
+				return err
+			}
 		default:
 			return fmt.Errorf("rxe: post send: opcode %v on UC: %w", wr.Opcode, verbs.ErrNotSupported)
 		}

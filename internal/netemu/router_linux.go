@@ -10,12 +10,14 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -69,8 +71,9 @@ type Router struct {
 	done  chan struct{}
 	wg    sync.WaitGroup
 
-	mu         sync.Mutex // guards kernelDrop
-	kernelDrop [2]uint64  // per socket (A side, B side)
+	mu         sync.Mutex  // guards kernelDrop and base
+	kernelDrop [2]uint64   // per socket (A side, B side)
+	base       [2]DirStats // counters at the end of New (its probes), by direction
 }
 
 var instance atomic.Uint32 // distinguishes the routers of one process
@@ -173,7 +176,68 @@ func New(t testing.TB, cfg Config) *Router {
 		go func() { defer r.wg.Done(); r.readLoop(raw[in], fw) }()
 	}
 	t.Cleanup(r.close) // runs before the namespaces are deleted
+	r.waitReady(t)
 	return r
+}
+
+// waitReady returns once a datagram has crossed the router each way, and
+// makes the counters start from there.
+//
+// "ip link set up" returns before the kernel has activated the links:
+// carrier-on reaches a veth's transmit queue through the link-watch
+// worker, and until it runs the queue's qdisc is noop, which drops
+// everything (tx_dropped, kfree_skb reason QDISC_DROP). On a loaded
+// machine that worker ran late enough for the first 64 datagrams a test
+// sent through the router to vanish on the router's B-side veth. A probe
+// that got through both veths of a direction proves them active.
+// Unimpaired lanes draw no random numbers, so the probes leave the
+// impairment decisions of the seed unchanged.
+func (r *Router) waitReady(t testing.TB) {
+	t.Helper()
+	for _, d := range []struct{ from, to *Host }{{r.A, r.B}, {r.B, r.A}} {
+		if err := probe(d.from, d.to); err != nil {
+			t.Fatalf("netemu: %s → %s: %v", d.from.Name, d.to.Name, err)
+		}
+	}
+	s := r.Stats()
+	r.mu.Lock()
+	r.base = [2]DirStats{s.AtoB, s.BtoA}
+	r.mu.Unlock()
+}
+
+// probe sends a UDP datagram from one host to the other every 10 ms
+// until one arrives (hang guard: 30 s).
+func probe(from, to *Host) error {
+	var rx, tx *net.UDPConn
+	if err := to.Do(func() (err error) {
+		rx, err = net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(to.Addr, 0)))
+		return err
+	}); err != nil {
+		return err
+	}
+	defer rx.Close()
+	if err := from.Do(func() (err error) {
+		tx, err = net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(from.Addr, 0)))
+		return err
+	}); err != nil {
+		return err
+	}
+	defer tx.Close()
+	dst := rx.LocalAddr().(*net.UDPAddr)
+	buf := make([]byte, 16)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := tx.WriteToUDP([]byte("netemu probe"), dst); err != nil {
+			return err
+		}
+		rx.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+		if _, err := rx.Read(buf); err == nil {
+			return nil
+		} else if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+			return err
+		}
+	}
+	return errors.New("no probe datagram crossed the router")
 }
 
 // fill applies defaults and checks the addresses.
@@ -274,7 +338,8 @@ func (r *Router) Impairment(d Dir) Impairment {
 // limited or held for reordering), both directions together.
 func (r *Router) Queued() int { return r.lanes[0].queued() + r.lanes[1].queued() }
 
-// Stats returns the counters of both directions.
+// Stats returns the counters of both directions since New returned (its
+// readiness probes are not counted).
 func (r *Router) Stats() Stats {
 	r.mu.Lock()
 	for i, f := range r.socks {
@@ -291,10 +356,21 @@ func (r *Router) Stats() Stats {
 	}
 	// Frames dropped on socket 0 (A side) were on their way from A to B.
 	kd := r.kernelDrop
+	base := r.base
 	r.mu.Unlock()
 	s := Stats{AtoB: r.lanes[0].c.snapshot(), BtoA: r.lanes[1].c.snapshot()}
 	s.AtoB.KernelDrop += kd[0]
 	s.BtoA.KernelDrop += kd[1]
+	s.AtoB, s.BtoA = s.AtoB.minus(base[0]), s.BtoA.minus(base[1])
+	return s
+}
+
+// minus returns s with every counter less b's (the counts since b).
+func (s DirStats) minus(b DirStats) DirStats {
+	sv, bv := reflect.ValueOf(&s).Elem(), reflect.ValueOf(b)
+	for i := range sv.NumField() {
+		sv.Field(i).SetUint(sv.Field(i).Uint() - bv.Field(i).Uint())
+	}
 	return s
 }
 

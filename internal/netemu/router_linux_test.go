@@ -10,10 +10,8 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -21,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"softib/internal/e2etest"
 	"softib/internal/netemu"
 	"softib/internal/testenv"
 )
@@ -65,7 +64,12 @@ func waitWindow(t *testing.T, r *netemu.Router, d netemu.Dir, sent int, unique *
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("window stuck: %d sent, %d received, router stats %+v", sent, unique.Load(), s)
+			to := r.B
+			if d == netemu.BtoA {
+				to = r.A
+			}
+			out, _ := to.Command("sh", "-c", "ip -s link; grep Udp: /proc/net/snmp; ip netns exec "+r.NS+" ip -s link").CombinedOutput()
+			t.Fatalf("window stuck: %d sent, %d received, router stats %+v\n%s", sent, unique.Load(), s, out)
 		}
 		if tick == nil {
 			tick = time.NewTicker(time.Millisecond) // router drops do not signal progress
@@ -78,42 +82,10 @@ func waitWindow(t *testing.T, r *netemu.Router, d netemu.Dir, sent int, unique *
 	}
 }
 
-// udpRcvbufErrors returns the UDP RcvbufErrors counter of h's namespace
-// (/proc/net/snmp): datagrams its sockets' receive buffers had no room
-// for.
+// udpRcvbufErrors returns the UDP RcvbufErrors counter of h's namespace:
+// datagrams its sockets' receive buffers had no room for.
 func udpRcvbufErrors(t *testing.T, h *netemu.Host) uint64 {
-	t.Helper()
-	var b []byte
-	if err := h.Do(func() (err error) {
-		// thread-self: Do runs f on a thread inside the namespace, while
-		// /proc/self/net follows the process's main thread.
-		b, err = os.ReadFile("/proc/thread-self/net/snmp")
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for line := range strings.Lines(string(b)) {
-		f := strings.Fields(line)
-		if len(f) == 0 || f[0] != "Udp:" {
-			continue
-		}
-		if names == nil {
-			names = f
-			continue
-		}
-		for i, name := range names {
-			if name == "RcvbufErrors" && i < len(f) {
-				v, err := strconv.ParseUint(f[i], 10, 64)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return v
-			}
-		}
-	}
-	t.Fatalf("no Udp RcvbufErrors in %s's /proc/net/snmp", h.Name)
-	return 0
+	return e2etest.SNMP(t, h.Do, "Udp", "RcvbufErrors")
 }
 
 // endMarkers is how many end markers the receiver of udpFlow waits for:

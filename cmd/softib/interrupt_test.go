@@ -184,3 +184,30 @@ func TestCLIDemoInterrupt(t *testing.T) {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errb)
 	}
 }
+
+// TestCLILnetctlLnet: lnetctl lnet configure (LNet is up while lnetd
+// runs; --all is refused), ping --timeout in Lustre's seconds, and lnet
+// unconfigure (every net but lo goes).
+func TestCLILnetctlLnet(t *testing.T) {
+	bin := buildSoftib(t)
+	ip := loopaddr.Next().String()
+	_, sock := startLnetd(t, bin, ip, freePort(t))
+	ctl := func(args ...string) (int, string, string) {
+		return runBin(t, bin, append([]string{"lnetctl", "--socket", sock}, args...)...)
+	}
+	if code, out, errs := ctl("ping", "--timeout", "5", ip+"@tcp"); code != 0 || !strings.Contains(out, "primary nid") {
+		t.Fatalf("ping --timeout 5: exit %d\n%s%s", code, out, errs)
+	}
+	if code, _, errs := ctl("lnet", "configure"); code != 0 {
+		t.Fatalf("lnet configure: exit %d %s", code, errs)
+	}
+	if code, _, errs := ctl("lnet", "configure", "--all"); code != 1 || !strings.Contains(errs, "net add") {
+		t.Fatalf("lnet configure --all: exit %d %s", code, errs)
+	}
+	if code, _, errs := ctl("lnet", "unconfigure"); code != 0 {
+		t.Fatalf("lnet unconfigure: exit %d %s", code, errs)
+	}
+	if code, out, _ := ctl("net", "show"); code != 0 || strings.Contains(out, "@tcp") || !strings.Contains(out, "0@lo") {
+		t.Fatalf("net show after unconfigure: exit %d\n%s", code, out)
+	}
+}

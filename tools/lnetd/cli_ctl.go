@@ -27,7 +27,8 @@ const ctlUsage = `usage: softib lnetctl [--socket PATH] [--json] <object> <actio
   route del --net NET --gateway NID
   route show [--net NET] [--gateway NID] [--hop N] [-v]
   routing show
-  ping NID... [--timeout 5s] [--source NID]
+  ping NID... [--timeout 5] [--source NID]
+  lnet configure | unconfigure   (unconfigure: every net but lo is deleted)
   discover [--force] NID...
   discover --primary NID...      (LNetPrimaryNID of each NID; softib)
   fault drop add -s SRC -d DST -r RATE|-i SECS [-p PORTAL] [-m PUT|ACK|GET|REPLY]
@@ -187,6 +188,8 @@ func (c *ctl) run(ctx context.Context, args []string) int {
 		return c.peer(ctx, action, rest)
 	case "route":
 		return c.route(ctx, action, rest)
+	case "lnet":
+		return c.lnetCmd(ctx, action, rest)
 	case "routing":
 		if action == "show" || action == "" {
 			return c.show(ctx, "routing.show", nil)
@@ -377,7 +380,8 @@ func (c *ctl) route(ctx context.Context, action string, args []string) int {
 
 func (c *ctl) ping(ctx context.Context, args []string) int {
 	fs := c.flags("ping")
-	timeout := fs.Duration("timeout", 0, "how long to wait (default: transaction_timeout)")
+	var timeout secondsFlag
+	fs.Var(&timeout, "timeout", "how long to wait, in seconds as Lustre's lnetctl (5) or as a duration (5s) (default: transaction_timeout)")
 	src := fs.String("source", "", "local NID to ping from")
 	nids, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -390,7 +394,7 @@ func (c *ctl) ping(ctx context.Context, args []string) int {
 	code := 0
 	for _, n := range nids {
 		var r PingReply
-		if err := c.call(ctx, "ping", PingArgs{NID: n, Timeout: *timeout, Source: *src}, &r); err != nil {
+		if err := c.call(ctx, "ping", PingArgs{NID: n, Timeout: time.Duration(timeout), Source: *src}, &r); err != nil {
 			code = c.fail(err)
 			if errors.Is(err, ErrNoDaemon) {
 				return code

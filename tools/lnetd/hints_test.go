@@ -6,6 +6,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"softib/lnet/socklnd"
 )
@@ -21,5 +22,20 @@ func TestExplainPrivilegedPort(t *testing.T) {
 	err = &net.OpError{Op: "listen", Net: "tcp4", Err: os.NewSyscallError("bind", syscall.EADDRINUSE)}
 	if msg := explainAddNet(err, NIConfig{}, socklnd.Config{AcceptPort: 988}).Error(); !strings.Contains(msg, "another node") {
 		t.Fatalf("in use: %q", msg)
+	}
+}
+
+// TestSecondsFlag: --timeout as Lustre's lnetctl parses it (seconds) or
+// as a duration.
+func TestSecondsFlag(t *testing.T) {
+	for in, want := range map[string]time.Duration{"5": 5 * time.Second, "0.5": 500 * time.Millisecond, "5s": 5 * time.Second, "250ms": 250 * time.Millisecond} {
+		var s secondsFlag
+		if err := s.Set(in); err != nil || time.Duration(s) != want {
+			t.Errorf("%q: %v, %v", in, time.Duration(s), err)
+		}
+	}
+	var s secondsFlag
+	if s.Set("-1") == nil || s.Set("x") == nil {
+		t.Error("bad values accepted")
 	}
 }

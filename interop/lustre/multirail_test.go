@@ -109,8 +109,9 @@ var lstErrRe = regexp.MustCompile(`Total (\d+) error nodes in`)
 //   - lst brw write/read 1M check=full from softib's console moves
 //     messages over both NIs on both sides;
 //   - the o2ib rail dropped inside the guest (tc drops RoCE, UDP 4791,
-//     both ways) while brw check=full runs: the batch keeps running and
-//     no data check fails.
+//     both ways) while brw check=full runs: lst stat reports no error
+//     (it exits non-zero on any), the tcp rail carries on, no data check
+//     fails.
 func TestInteropMultiRail(t *testing.T) {
 	g := lustre.Boot(t)
 	if g == nil {
@@ -199,6 +200,12 @@ func TestInteropMultiRail(t *testing.T) {
 	}
 	// A dead rail makes both LNets log timeouts on it: expected here.
 	g.AllowLNetError(`o2iblnd|kiblnd|192\.168\.77\.1@o2ib`)
+	// A kernel brw client RPC in flight on the dying rail may fail: the
+	// kernel's LNet does not resend a message its LND failed with a
+	// network timeout (lib-msg.c lnet_health_check: NETWORK_TIMEOUT is not
+	// resent), so its lnet_selftest logs the RPC's failure. softib's
+	// console must still see no error (lst stat below).
+	g.AllowLNetError(`brw_test\.c:\d+:brw_client_done_rpc\(\)\) BRW RPC to 12345-192\.168\.77\.1@(tcp|o2ib) failed with -(5|110|113)\b`)
 	g.MustRun(`set -e
 tc qdisc add dev eth0 clsact
 for dir in ingress egress; do
@@ -206,10 +213,12 @@ for dir in ingress egress; do
 done
 tc -s filter show dev eth0 ingress`)
 	t.Logf("o2ib rail down (RoCE dropped in the guest) at %v", time.Now().Format(time.TimeOnly))
+	// lst stat exits non-zero on any RPC error or unreachable node: the
+	// loss of a rail must not show through to the application.
 	during, err := softibLst(d, sess, "stat", "--delay", "5", "--count", "6", "soft", "kern")
 	t.Logf("with the o2ib rail down:\n%s", during)
 	if err != nil {
-		t.Logf("stat while the rail is down: %v", err)
+		t.Errorf("stat while the rail went down: %v", err)
 	}
 	after, err := softibLst(d, sess, "stat", "--delay", "2", "--count", "3", "soft", "kern")
 	t.Logf("o2ib rail still down, steady:\n%s", after)
@@ -217,11 +226,25 @@ tc -s filter show dev eth0 ingress`)
 		t.Errorf("stat after the failover: %v", err)
 	}
 	checkRates(t, "o2ib rail down", after, lstCase{Name: "rail down", Bulk: true}, "soft", "kern")
-	errs, _ := softibLst(d, sess, "show_error", "soft", "kern")
-	t.Logf("show_error:\n%s", errs)
 	mustSoftibLst(t, d, sess, "stop", "down")
-	g.MustRun("tc qdisc del dev eth0 clsact")
 	mustSoftibLst(t, d, sess, "end_session")
+	k2, s2 := railCounts(t, g, d)
+	t.Logf("o2ib rail while down: kernel %v -> %v, softib %v -> %v", k1[ko], k2[ko], s1[so], s2[so])
+	moved(t, "kernel (rail down)", k1, k2, kt)
+	moved(t, "softib (rail down)", s1, s2, st)
+	// The rail comes back: report (not assert) whether each side's o2ib
+	// path works again within one ping.
+	g.MustRun("tc qdisc del dev eth0 clsact")
+	if _, err := g.Ping(ctx, so); err != nil {
+		t.Logf("kernel -> softib o2ib right after the rail returned: %v", err)
+	} else {
+		t.Logf("kernel -> softib o2ib works again after the rail returned")
+	}
+	if _, err := d.Ping(ko); err != nil {
+		t.Logf("softib -> kernel o2ib right after the rail returned: %v", err)
+	} else {
+		t.Logf("softib -> kernel o2ib works again after the rail returned")
+	}
 	if out, err := d.Ctl("peer", "show", "-v"); err == nil {
 		t.Logf("softib peer show -v after the rail loss:\n%s", out)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"strings"
@@ -42,11 +43,12 @@ func runRping(args []string) int {
 	fs.BoolVar(&cfg.Debug, "d", false, "debug printfs")
 	fs.BoolVar(&cfg.Persistent, "P", false, "persistent server mode allowing multiple connections")
 	fs.BoolVar(&cfg.SelfQP, "q", false, "use self-created, self-modified QP")
+	asJSON := fs.Bool("json", false, "print the result as JSON ({\"pings\": N, \"connections\": N}) instead of rping's lines")
 	if _, code, ok := parseTool(fs, expandShort(args), "rping -s [-vVd] [-S size] [-C count] [-a addr] [-p port]\n       softib rping -c [-vVd] [-S size] [-C count] [-I addr] -a addr [-p port]"); !ok {
 		return code
 	}
 	if *server == *clientSide {
-		fs.Usage()
+		fmt.Fprintf(os.Stderr, "softib rping: give -s (server) or -c (client) (run 'softib rping --help' for the flags)\n")
 		return 2
 	}
 	cfg.Server = *server
@@ -93,13 +95,24 @@ func runRping(args []string) int {
 		return fail(name, err)
 	}
 	cfg.Out, cfg.Err, cfg.Progress = os.Stdout, os.Stderr, os.Stderr
+	if *asJSON {
+		cfg.Out = io.Discard
+	}
 	ctx, cancel := toolContext()
 	defer cancel()
-	if _, err := rping.Run(ctx, m, cfg); err != nil {
-		if errors.Is(err, ctx.Err()) && cfg.Server {
-			return 0 // interrupted server
-		}
+	res, err := rping.Run(ctx, m, cfg)
+	if err != nil && !(errors.Is(err, ctx.Err()) && cfg.Server) { // an interrupted server ends well
 		return fail(name, err)
+	}
+	if *asJSON {
+		doc := struct {
+			Role        string `json:"role"`
+			Pings       int    `json:"pings"`
+			Connections int    `json:"connections"`
+		}{map[bool]string{true: "server", false: "client"}[cfg.Server], res.Pings, res.Conns}
+		if err := writeJSON(os.Stdout, doc); err != nil {
+			return fail(name, err)
+		}
 	}
 	return 0
 }

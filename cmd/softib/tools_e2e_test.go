@@ -65,6 +65,7 @@ func TestCLIEndToEnd(t *testing.T) {
 		{"ud_pingpong", func(a []string) int { return runPingpong(pingpong.UD, a) }, []string{"-n", "20", "-s", "100"}},
 		// No -s: the default 2048 shrinks to the 1024-byte port MTU.
 		{"ud_pingpong default size", func(a []string) int { return runPingpong(pingpong.UD, a) }, []string{"-n", "20"}},
+		{"rc_pingpong json", func(a []string) int { return runPingpong(pingpong.RC, a) }, []string{"-n", "20", "--json"}},
 		{"perf write_bw", func(a []string) int { return runPerf(perftest.WriteBW, a) }, []string{"-n", "50", "-s", "1000", "-x", "1"}},
 		{"perf send_lat", func(a []string) int { return runPerf(perftest.SendLat, a) }, []string{"-n", "20", "--json"}},
 		{"perf read_bw", func(a []string) int { return runPerf(perftest.ReadBW, a) }, []string{"-n", "20", "-s", "4096", "--json"}},
@@ -173,5 +174,46 @@ func TestCLIPerfFlags(t *testing.T) {
 	}
 	if code := run([]string{"-T", "4", srv}); code != 2 {
 		t.Fatalf("-T: exit %d, want 2", code)
+	}
+}
+
+// TestCLIRpingJSON: rping -s / -c with --json.
+func TestCLIRpingJSON(t *testing.T) {
+	port := freePort(t)
+	srv := loopaddr.Next().String()
+	var wg sync.WaitGroup
+	var scode int
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		scode = runRping([]string{"-s", "-a", srv, "-p", port, "-C", "3", "-V", "--json"})
+	}()
+	// Connect once the server's device holds its UDP port: a REQ to an
+	// address with no device waits for the CM's whole timeout.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.ListenPacket("udp4", net.JoinHostPort(srv, "4791"))
+		if err != nil {
+			break
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("rping server has no device")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for {
+		code := runRping([]string{"-c", "-a", srv, "-I", loopaddr.Next().String(), "-p", port, "-C", "3", "-V", "--json"})
+		if code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("client exit %d", code)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	wg.Wait()
+	if scode != 0 {
+		t.Fatalf("server exit %d", scode)
 	}
 }

@@ -16,6 +16,10 @@
 //	            ─► Driver.Recv (now or delayed) ─► payload read straight
 //	            into the MD ─► Finalize ─► queue our ZC-ACK if requested
 //
+// A router's forwarded payloads between two tcp NIs skip user memory:
+// RecvKept splices them from the socket into a pipe, the next hop's
+// writer splices them out (keep_linux.go).
+//
 // Connection setup (handshake.go): the active side connects from a
 // privileged port to accept_port, sends the acceptor request and its
 // HELLO; the passive side checks port, request and HELLO, resolves races

@@ -172,3 +172,41 @@ func TestFaultCommands(t *testing.T) {
 		t.Errorf("portal with ACK: %d %q", code, errs)
 	}
 }
+
+// TestE2EDiscovery: discovery between two lnetd processes. B has a tcp
+// and a tcp1 NI; A (tcp only) runs `lnetctl discover B`: both of B's
+// NIDs, Multi-Rail; LNetPrimaryNID of B's tcp1 NID (which A cannot reach)
+// is B's tcp NID. A pushed its buffer in that round, so B's own discover
+// of A then pushes nothing new and lists A Multi-Rail; with discovery off
+// on B, B's discover of A sends nothing and reports A as B knows it.
+func TestE2EDiscovery(t *testing.T) {
+	port := freePort(t)
+	ipA, ipB, ipB2 := testIP(), testIP(), testIP()
+	a := startProc(t, "A", ipA, nodeYAML(ipA, port, ""))
+	b := startProc(t, "B", ipB, nodeYAML(ipB, port, ""))
+	b.ctl("net", "add", "--net", "tcp1", "--if", ipB2)
+	b2 := ipB2 + "@tcp1"
+
+	out := a.ctl("discover", b.nid)
+	for _, want := range []string{"primary nid: " + b.nid, "Multi-Rail: True", "- nid: " + b.nid, "- nid: " + b2} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("A discover B lacks %q:\n%s", want, out)
+		}
+	}
+	if d := a.doc("discover", "--primary", b2); d.Path("primary_nid", 0, keyPrimaryNID) != b.nid {
+		t.Fatalf("LNetPrimaryNID(%s) on A:\n%s", b2, YAML(d))
+	}
+	out = b.ctl("discover", a.nid)
+	if !strings.Contains(out, "primary nid: "+a.nid) || !strings.Contains(out, "Multi-Rail: True") {
+		t.Fatalf("B discover A:\n%s", out)
+	}
+	b.ctl("set", "discovery", "0")
+	if d := b.doc("global", "show"); d.Path("global", "discovery") != int64(0) {
+		t.Fatalf("global show:\n%s", YAML(d))
+	}
+	// A's view of B's buffer after B turned discovery off: B pushed it.
+	res := a.doc("ping", b.nid)
+	if res.Path("ping", 0, keyMultiRail) != true {
+		t.Fatalf("A ping B:\n%s", YAML(res))
+	}
+}

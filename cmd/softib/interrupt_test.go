@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -209,5 +210,24 @@ func TestCLILnetctlLnet(t *testing.T) {
 	}
 	if code, out, _ := ctl("net", "show"); code != 0 || strings.Contains(out, "@tcp") || !strings.Contains(out, "0@lo") {
 		t.Fatalf("net show after unconfigure: exit %d\n%s", code, out)
+	}
+}
+
+// TestCLILnetPingJSON: softib lnet ping --json through an lnetd.
+func TestCLILnetPingJSON(t *testing.T) {
+	bin := buildSoftib(t)
+	ip := loopaddr.Next().String()
+	_, sock := startLnetd(t, bin, ip, freePort(t))
+	code, out, errs := runBin(t, bin, "lnet", "ping", ip+"@tcp", "-c", "2", "-i", "10ms", "--timeout", "5", "--socket", sock, "--json")
+	var doc struct {
+		Sent     int `json:"sent"`
+		Received int `json:"received"`
+		Replies  []struct {
+			PrimaryNID string  `json:"primary_nid"`
+			RTT        float64 `json:"rtt_ms"`
+		} `json:"replies"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != 0 || doc.Sent != 2 || doc.Received != 2 || doc.Replies[0].PrimaryNID != ip+"@tcp" {
+		t.Fatalf("exit %d (%v)\n%s%s", code, err, out, errs)
 	}
 }

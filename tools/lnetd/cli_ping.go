@@ -2,6 +2,7 @@ package lnetd
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -25,7 +26,7 @@ import (
 // prints the peer's NIDs and round-trip times.
 func RunLNet(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] != "ping" {
-		fmt.Fprintf(stderr, "usage: softib lnet ping NID [-c N] [--timeout 5s] [--source NID] [--socket PATH] [--port 988]\n")
+		fmt.Fprintf(stderr, "usage: softib lnet ping NID [-c N] [--timeout 5] [--json] [--source NID] [--socket PATH] [--port 988]\n")
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 			return 0
 		}
@@ -35,7 +36,10 @@ func RunLNet(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	count := fs.Int("c", 1, "number of pings")
 	interval := fs.Duration("i", time.Second, "interval between pings")
-	timeout := fs.Duration("timeout", 5*time.Second, "wait for each reply")
+	timeoutV := secondsFlag(5 * time.Second)
+	fs.Var(&timeoutV, "timeout", "wait for each reply: seconds (5) or a duration (5s)")
+	timeout := (*time.Duration)(&timeoutV)
+	asJSON := fs.Bool("json", false, "print one JSON document (replies, loss, rtt in ms) instead of the lines")
 	source := fs.String("source", "", "local NID to ping from (its address must be local)")
 	sock := fs.String("socket", "", "ping through the lnetd at this control socket")
 	port := fs.Int("port", socklnd.DefaultAcceptPort, "the peer's acceptor port (own instance only)")
@@ -101,6 +105,15 @@ func RunLNet(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
+	doc := pingJSON{Target: target.String(), From: from, Replies: []pingJSONReply{}}
+	jsonOut := stdout
+	if *asJSON {
+		stdout = io.Discard
+		defer func() {
+			b, _ := json.MarshalIndent(&doc, "", "  ")
+			fmt.Fprintf(jsonOut, "%s\n", b)
+		}()
+	}
 	fmt.Fprintf(stdout, "LNET PING %s from %s\n", target, from)
 	var rtts []time.Duration
 	for i := range *count {
@@ -114,8 +127,10 @@ func RunLNet(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			break
 		}
 		r, err := pinger(ctx)
+		doc.Sent++
 		if err != nil {
 			fmt.Fprintf(stdout, "no reply from %s: %v\n", target, err)
+			doc.Replies = append(doc.Replies, pingJSONReply{Seq: i + 1, Error: err.Error()})
 			continue
 		}
 		rtts = append(rtts, r.RTT)
@@ -123,12 +138,14 @@ func RunLNet(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		for _, n := range r.NIDs {
 			nids = append(nids, n.NID)
 		}
+		doc.Replies = append(doc.Replies, pingJSONReply{Seq: i + 1, PID: r.PID, Primary: r.Primary, NIDs: nids, MultiRail: r.MultiRail, RTTms: ms64(r.RTT)})
 		fmt.Fprintf(stdout, "reply from %d-%s: seq=%d nids=%s multi-rail=%v rtt=%s\n",
 			r.PID, r.Primary, i+1, strings.Join(nids, ","), r.MultiRail, fmtRTT(r.RTT))
 	}
 	fmt.Fprintf(stdout, "--- %s lnet ping statistics ---\n", target)
 	loss := 100 * float64(*count-len(rtts)) / float64(*count)
 	fmt.Fprintf(stdout, "%d pings sent, %d replies, %.0f%% loss\n", *count, len(rtts), loss)
+	doc.Received, doc.LossPercent = len(rtts), loss
 	if len(rtts) == 0 {
 		return 1
 	}
@@ -136,6 +153,7 @@ func RunLNet(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, d := range rtts {
 		lo, hi, sum = min(lo, d), max(hi, d), sum+d
 	}
+	doc.RTTMin, doc.RTTAvg, doc.RTTMax = ms64(lo), ms64(sum/time.Duration(len(rtts))), ms64(hi)
 	fmt.Fprintf(stdout, "rtt min/avg/max = %s/%s/%s ms\n", ms(lo), ms(sum/time.Duration(len(rtts))), ms(hi))
 	return 0
 }
@@ -189,3 +207,30 @@ func ownInstance(target lnetwire.NID, source string, port int) (*lnet.Instance, 
 	}
 	return in, src, nil
 }
+
+// pingJSON is `lnet ping --json`.
+type pingJSON struct {
+	Target      string          `json:"target"`
+	From        string          `json:"from"`
+	Sent        int             `json:"sent"`
+	Received    int             `json:"received"`
+	LossPercent float64         `json:"loss_percent"`
+	RTTMin      float64         `json:"rtt_min_ms,omitempty"`
+	RTTAvg      float64         `json:"rtt_avg_ms,omitempty"`
+	RTTMax      float64         `json:"rtt_max_ms,omitempty"`
+	Replies     []pingJSONReply `json:"replies"`
+}
+
+// pingJSONReply is one ping of pingJSON: a reply or its error.
+type pingJSONReply struct {
+	Seq       int      `json:"seq"`
+	PID       uint32   `json:"pid,omitempty"`
+	Primary   string   `json:"primary_nid,omitempty"`
+	NIDs      []string `json:"nids,omitempty"`
+	MultiRail bool     `json:"multi_rail,omitempty"`
+	RTTms     float64  `json:"rtt_ms,omitempty"`
+	Error     string   `json:"error,omitempty"`
+}
+
+// ms64 is d in milliseconds.
+func ms64(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -267,7 +267,11 @@ func (o *Options) Open() (verbs.Device, error) {
 			return nil, err
 		}
 	}
-	Observe(dev) // control socket, metrics (observe.go)
+	// Control socket, metrics, --pcap's provider check (observe.go).
+	if err := Observe(dev); err != nil {
+		dev.Close()
+		return nil, err
+	}
 	return dev, nil
 }
 

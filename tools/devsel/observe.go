@@ -124,10 +124,21 @@ func SetPcapPath(path string) {
 
 // Observe publishes dev on its control socket and, with --metrics,
 // exports it. Tools that open devices without Options.Open (lnetd's
-// o2ib NIs) call it themselves. Failures are reported on stderr: the
-// tool works without them.
-func Observe(dev verbs.Device) {
+// o2ib NIs) call it themselves. A device of another provider (ibverbs)
+// has no counters to publish and is left alone, but --pcap on it is an
+// error: only softib's rxe captures. Other failures are reported on
+// stderr: the tool works without them.
+func Observe(dev verbs.Device) error {
 	o := &obs
+	if _, ok := dev.(stat.Introspector); !ok {
+		o.mu.Lock()
+		pcapPath := o.pcapPath
+		o.mu.Unlock()
+		if pcapPath != "" {
+			return fmt.Errorf("--pcap: device %s is not a softib rxe device and cannot capture (use the provider's own tools, e.g. tcpdump on the RoCE interface)", dev.Name())
+		}
+		return nil
+	}
 	if s, err := stat.Publish(dev); err != nil {
 		fmt.Fprintf(os.Stderr, "softib: %v (softib stat and res will not see %s)\n", err, dev.Name())
 	} else {
@@ -138,11 +149,10 @@ func Observe(dev verbs.Device) {
 		o.servers[dev] = s
 		o.mu.Unlock()
 	}
-	if d, ok := dev.(stat.Introspector); ok {
-		if exp := Metrics(); exp != nil {
-			exp.AddDevice(d)
-		}
+	if exp := Metrics(); exp != nil {
+		exp.AddDevice(dev.(stat.Introspector))
 	}
+	return nil
 }
 
 // Unobserve undoes Observe, for a device closed before the tool ends

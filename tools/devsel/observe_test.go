@@ -2,6 +2,7 @@ package devsel_test
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"softib/internal/pcap"
@@ -56,5 +57,23 @@ func TestCaptureShared(t *testing.T) {
 		if err != nil {
 			t.Fatalf("record %d: %v", i, err)
 		}
+	}
+}
+
+// otherDev is a device of another provider: no counters, no capture.
+type otherDev struct{ verbs.Device }
+
+func (otherDev) Name() string { return "other0" }
+
+// TestObserveOtherProvider: a device that is not softib's rxe is not
+// published, and --pcap on it is refused rather than ignored.
+func TestObserveOtherProvider(t *testing.T) {
+	if err := devsel.Observe(otherDev{}); err != nil {
+		t.Errorf("Observe without --pcap: %v", err)
+	}
+	devsel.SetPcapPath(filepath.Join(t.TempDir(), "x.pcap"))
+	defer devsel.SetPcapPath("")
+	if err := devsel.Observe(otherDev{}); err == nil || !strings.Contains(err.Error(), "--pcap") {
+		t.Errorf("Observe with --pcap: %v", err)
 	}
 }

@@ -68,7 +68,7 @@ func openO2IB(ni NIConfig, lt Settings) (o2iblnd.Config, *rdmaNI, error) {
 		return o2iblnd.Config{}, nil, fmt.Errorf("RDMA CM on %v: %w", addr, err)
 	}
 	// softib stat/res and --metrics see the device.
-	devsel.Observe(dev)
+	devsel.Observe(dev) // an rxe device: no error
 	c := o2ibConfig(lt)
 	c.CM = m
 	return c, &rdmaNI{dev: dev, cm: m}, nil

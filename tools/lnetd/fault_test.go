@@ -61,6 +61,12 @@ func TestDiscoverCommand(t *testing.T) {
 			t.Fatalf("discover output lacks %q:\n%s", want, out)
 		}
 	}
+	// peer show -v: the state bits a Lustre node shows for a discovered
+	// Multi-Rail peer (MULTI_RAIL | DISCOVERED | NIDS_UPTODATE = 273).
+	if doc := ctlDoc(t, a.sock, "peer", "show", "-v", "--nid", b.nid); doc.Path("peer", 0, "peer state") != int64(273) ||
+		doc.Path("peer", 0, keyMultiRail) != true {
+		t.Fatalf("peer show -v of B:\n%s", YAML(doc))
+	}
 	if doc := ctlDoc(t, a.sock, "discover", "--primary", b2); doc.Path("primary_nid", 0, keyPrimaryNID) != b.nid {
 		t.Fatalf("PrimaryNID(%s):\n%s", b2, YAML(doc))
 	}

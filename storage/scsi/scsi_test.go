@@ -286,7 +286,7 @@ func FuzzExecute(f *testing.F) {
 	f.Add([]byte{OpServiceActionIn, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0}, uint16(32))
 	f.Add([]byte{OpReportLUNs, 0, 0, 0, 0, 0, 0, 0, 0, 64, 0, 0}, uint16(64))
 	f.Fuzz(func(t *testing.T, cdb []byte, n uint16) {
-		tg, _ := newTarget(t, 64<<10)
+		tg, _ := newTarget(t, 16<<10)
 		buf := make([]byte, int(n)%8192)
 		for i := range buf {
 			buf[i] = byte(i)

@@ -10,7 +10,6 @@ import (
 	"softib/lnet/lnd"
 	"softib/rdmacm"
 	"softib/rxe"
-	"softib/udp"
 	"softib/verbs"
 	"softib/wire/lnetwire"
 )
@@ -44,7 +43,7 @@ func (h *stubHost) NotifyPeer(ni *lnd.NI, nid lnetwire.NID, alive bool, when tim
 func startStub(t *testing.T) (*Driver, *stubHost) {
 	t.Helper()
 	a := testaddr.Next()
-	dev, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: a}, UDP: &udp.Config{DisableGRO: true}})
+	dev, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: a}})
 	if err != nil {
 		t.Fatal(err)
 	}

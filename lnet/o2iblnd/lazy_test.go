@@ -13,7 +13,9 @@ import (
 // wait in the core (their IMMEDIATE buffers, or the PUT_REQ unanswered);
 // once an MD is attached the core calls Recv later (delayed) and the data
 // lands intact.
-func TestLazyPortal(t *testing.T) {
+func TestLazyPortal(t *testing.T) { sim(t, 102, testLazyPortal) }
+
+func testLazyPortal(t *testing.T) {
 	a, b := newNode(t, o2iblnd.Config{}), newNode(t, o2iblnd.Config{})
 	putGet(t, a, b, 10, 1, 1)
 	const portal = 33
@@ -67,7 +69,9 @@ func TestLazyPortal(t *testing.T) {
 // TestTruncatedPut: a large PUT into a smaller MD with truncation
 // allowed moves only what matched (the source writes at most the sink
 // descriptor's size) and reports it in the events.
-func TestTruncatedPut(t *testing.T) {
+func TestTruncatedPut(t *testing.T) { sim(t, 103, testTruncatedPut) }
+
+func testTruncatedPut(t *testing.T) {
 	a, b := newNode(t, o2iblnd.Config{}), newNode(t, o2iblnd.Config{})
 	for i, tc := range []struct{ send, room int }{{100 << 10, 50 << 10}, {3000, 1000}} {
 		buf := make([]byte, tc.room)

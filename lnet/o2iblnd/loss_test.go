@@ -3,7 +3,6 @@ package o2iblnd_test
 import (
 	"bytes"
 	"errors"
-	"net/netip"
 	"os"
 	"strconv"
 	"testing"
@@ -14,35 +13,10 @@ import (
 	"softib/lnet"
 	"softib/lnet/lnd"
 	"softib/lnet/o2iblnd"
-	"softib/rdmacm"
 	"softib/rxe"
-	"softib/udp"
-	"softib/verbs"
+	"softib/udp/udptest"
 	"softib/wire/lnetwire"
 )
-
-// emuDevice opens an rxe device whose UDP socket lives in h's network
-// namespace (behind the netemu router), with an RDMA CM on it.
-func emuDevice(t *testing.T, h *netemu.Host) (verbs.Device, *rdmacm.Manager) {
-	t.Helper()
-	var conn *udp.Socket
-	if err := h.Do(func() (err error) {
-		conn, err = udp.Listen(netip.AddrPortFrom(h.Addr, rxe.RoCEv2Port), testUDP())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	dev, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: h.Addr, NetMTU: h.MTU}, Conn: conn})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := rdmacm.NewManager(rdmacm.Config{})
-	if err := m.AddDevice(dev); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close(); dev.Close() })
-	return dev, m
-}
 
 // errLossHang marks an operation whose events did not come within the
 // hang guard.
@@ -151,40 +125,27 @@ func lossOp(t *testing.T, s, r *node, get bool, size int, bits uint64) (bool, er
 	return true, nil
 }
 
-// TestLossReorder runs two o2ib nodes in separate network namespaces
-// behind the netemu router with 10% loss and 10% reordering on RoCEv2
-// (UDP 4791, so RDMA CM MADs too) both ways, and a series of PUTs and
-// GETs of 4 KiB .. 1 MiB both ways. Each must complete with verified data
-// or fail with an error event: never a success with wrong data, never a
-// hang (hangGuard). Both outcomes are counted and logged; once the link
-// heals, transfers succeed again.
-func TestLossReorder(t *testing.T) {
-	testenv.RequireRoot(t)
-	r := netemu.New(t, netemu.Config{NoIPv6: true, Seed: 987})
-	devA, mA := emuDevice(t, r.A)
-	devB, mB := emuDevice(t, r.B)
-	// Short LND and LNet timeouts bound every failure well inside the
-	// hang guard.
-	cfg := o2iblnd.Config{Timeout: 10 * time.Second}
-	// Aliveness off: a failure would report the peer down, and LNet
-	// would then refuse all but one message a second up front; every
-	// operation here is meant to try the lossy link.
-	tun := lnd.Tunables{PeerTimeout: -1}
-	a := newNodeTun(t, devA, mA, r.A.Addr, cfg, tun)
-	b := newNodeTun(t, devB, mB, r.B.Addr, cfg, tun)
+// lossCfg and lossTun are the LND config and LNet tunables of the lossy
+// runs: short LND and LNet timeouts bound every failure well inside the
+// hang guard, and aliveness is off (a failure would report the peer
+// down, and LNet would then refuse all but one message a second up
+// front; every operation here is meant to try the lossy link).
+var (
+	lossCfg = o2iblnd.Config{Timeout: 10 * time.Second}
+	lossTun = lnd.Tunables{PeerTimeout: -1}
+)
+
+// lossRounds runs rounds of PUTs and GETs of each size both ways between
+// a and b over a lossy link: each must complete with verified data or
+// fail with an error event, never succeed with wrong data, never hang
+// (hangGuard). It logs and returns the outcome counts.
+func lossRounds(t *testing.T, a, b *node, rounds int, sizes []int) (ok, failed int) {
+	t.Helper()
 	for _, x := range []*node{a, b} {
 		g := lnet.DefaultGlobals()
 		g.TransactionTimeout = 20 * time.Second
 		x.in.SetGlobals(g)
 	}
-	putGet(t, a, b, 4096, 1, 1) // clean link first
-	r.SetImpairment(netemu.Both, netemu.Impairment{Loss: 0.10, Reorder: 0.10, Match: netemu.Filter{Proto: 17, Port: 4791}})
-	sizes := []int{4096, 16 << 10, 64 << 10, 256 << 10, 1 << 20}
-	rounds := 1 // about 20 s; O2IB_LOSS_SOAK=N runs N rounds
-	if n, err := strconv.Atoi(os.Getenv("O2IB_LOSS_SOAK")); err == nil && n > 0 {
-		rounds = n
-	}
-	var ok, failed int
 	errs := map[string]int{}
 	bits := uint64(1000)
 	for round := range rounds {
@@ -209,26 +170,82 @@ func TestLossReorder(t *testing.T) {
 			}
 		}
 	}
-	s := r.Stats()
-	t.Logf("under 10%% loss + 10%% reorder: %d operations succeeded with verified data, %d failed with an error event", ok, failed)
+	t.Logf("%d operations succeeded with verified data, %d failed with an error event", ok, failed)
 	for e, n := range errs {
 		t.Logf("  %d× %s", n, e)
 	}
+	return ok, failed
+}
+
+// healed checks that, the link healed, the nodes move verified data
+// again (a connection that failed under loss is replaced on demand).
+func healed(t *testing.T, a, b *node) {
+	t.Helper()
+	bits := uint64(900000)
+	waitFor(t, "a PUT after the link healed", func() bool {
+		bits++
+		ok, err := lossOp(t, a, b, false, 1<<20, bits)
+		if !ok {
+			t.Logf("PUT after healing: %v", err)
+		}
+		return ok
+	})
+}
+
+// TestSimLossReorder is TestLossReorder on the simulated network: 10%
+// loss and 10% reordering both ways (RDMA CM MADs included), three rounds
+// of PUTs and GETs of 4 KiB .. 1 MiB both ways, deterministic for the
+// seed, with the RC retry and LND timers on the bubble's clock.
+func TestSimLossReorder(t *testing.T) {
+	sim(t, 987, func(t *testing.T) {
+		devA, mA, addrA := newDevice(t)
+		devB, mB, addrB := newDevice(t)
+		a := newNodeTun(t, devA, mA, addrA, lossCfg, lossTun)
+		b := newNodeTun(t, devB, mB, addrB, lossCfg, lossTun)
+		putGet(t, a, b, 4096, 1, 1) // clean link first
+		nw := netFor(t).Sim
+		nw.SetFaults(udptest.Faults{Drop: 0.10, Reorder: 0.10, ReorderGap: 3})
+		lossRounds(t, a, b, 3, []int{4096, 16 << 10, 64 << 10, 256 << 10, 1 << 20})
+		dropped, reordered := nw.Stats.Dropped.Load(), nw.Stats.Reordered.Load()
+		t.Logf("network dropped %d reordered %d; rxe retries %d+%d", dropped, reordered,
+			devA.(*rxe.Device).Stats()["CompRetry"], devB.(*rxe.Device).Stats()["CompRetry"])
+		if dropped == 0 || reordered == 0 {
+			t.Errorf("the impairment did not bite: dropped %d reordered %d", dropped, reordered)
+		}
+		nw.SetFaults(udptest.Faults{})
+		healed(t, a, b)
+	})
+}
+
+// TestLossReorder runs two o2ib nodes in separate network namespaces
+// behind the netemu router with 10% loss and 10% reordering on RoCEv2
+// (UDP 4791, so RDMA CM MADs too) both ways, and a series of PUTs and
+// GETs of 4 KiB .. 1 MiB both ways. Each must complete with verified data
+// or fail with an error event: never a success with wrong data, never a
+// hang (hangGuard). Both outcomes are counted and logged; once the link
+// heals, transfers succeed again. This is the real-socket tier of
+// TestSimLossReorder: the kernel's UDP with GSO/GRO, a userspace router.
+func TestLossReorder(t *testing.T) {
+	testenv.RequireRoot(t)
+	r := netemu.New(t, netemu.Config{NoIPv6: true, Seed: 987})
+	devA, mA := nsDevice(t, r.A.Do, r.A.Addr, r.A.MTU)
+	devB, mB := nsDevice(t, r.B.Do, r.B.Addr, r.B.MTU)
+	a := newNodeTun(t, devA, mA, r.A.Addr, lossCfg, lossTun)
+	b := newNodeTun(t, devB, mB, r.B.Addr, lossCfg, lossTun)
+	putGet(t, a, b, 4096, 1, 1) // clean link first
+	r.SetImpairment(netemu.Both, netemu.Impairment{Loss: 0.10, Reorder: 0.10, Match: netemu.Filter{Proto: 17, Port: 4791}})
+	rounds := 1 // about 20 s; O2IB_LOSS_SOAK=N runs N rounds
+	if n, err := strconv.Atoi(os.Getenv("O2IB_LOSS_SOAK")); err == nil && n > 0 {
+		rounds = n
+	}
+	lossRounds(t, a, b, rounds, []int{4096, 64 << 10, 1 << 20})
+	s := r.Stats()
 	t.Logf("router A→B dropped %d reordered %d; B→A dropped %d reordered %d; rxe retries %d+%d",
 		s.AtoB.Dropped, s.AtoB.Reordered, s.BtoA.Dropped, s.BtoA.Reordered,
 		devA.(*rxe.Device).Stats()["CompRetry"], devB.(*rxe.Device).Stats()["CompRetry"])
 	if s.AtoB.Dropped == 0 || s.BtoA.Dropped == 0 || s.AtoB.Reordered+s.BtoA.Reordered == 0 {
 		t.Errorf("the impairment did not bite: %+v", s)
 	}
-	// Healed, the nodes move verified data again (a connection that
-	// failed under loss is replaced on demand).
 	r.SetImpairment(netemu.Both, netemu.Impairment{})
-	waitFor(t, "a PUT after the link healed", func() bool {
-		bits++
-		healed, err := lossOp(t, a, b, false, 1<<20, bits)
-		if !healed {
-			t.Logf("PUT after healing: %v", err)
-		}
-		return healed
-	})
+	healed(t, a, b)
 }

@@ -6,34 +6,30 @@ import (
 	"testing"
 	"time"
 
+	"softib/internal/e2etest"
 	"softib/internal/netns"
 	"softib/lnet/o2iblnd"
 	"softib/rdmacm"
 	"softib/rxe"
-	"softib/udp"
 	"softib/verbs"
 )
 
-// nsDevice opens an rxe device whose UDP socket lives in n's network
-// namespace, with an RDMA CM on it.
-func nsDevice(t *testing.T, n *netns.Node) (verbs.Device, *rdmacm.Manager) {
+// nsDevice opens an rxe device in its default configuration whose UDP
+// socket lives in the network namespace do runs in (netns.Node.Do,
+// netemu.Host.Do), on addr with the link's mtu, with an RDMA CM on it.
+func nsDevice(t *testing.T, do e2etest.Do, addr netip.Addr, mtu int) (verbs.Device, *rdmacm.Manager) {
 	t.Helper()
-	var conn *udp.Socket
-	if err := n.Do(func() (err error) {
-		conn, err = udp.Listen(netip.AddrPortFrom(n.Addr, rxe.RoCEv2Port), &udp.Config{DisableGRO: true})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	dev, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: n.Addr, NetMTU: n.MTU}, Conn: conn})
+	conn := e2etest.ListenUDP(t, do, netip.AddrPortFrom(addr, rxe.RoCEv2Port))
+	dev, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: addr, NetMTU: mtu}, Conn: conn})
 	if err != nil {
+		conn.Close()
 		t.Fatal(err)
 	}
 	m := rdmacm.NewManager(rdmacm.Config{})
+	t.Cleanup(func() { m.Close(); dev.Close() })
 	if err := m.AddDevice(dev); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { m.Close(); dev.Close() })
 	return dev, m
 }
 
@@ -44,8 +40,8 @@ func nsDevice(t *testing.T, n *netns.Node) (verbs.Device, *rdmacm.Manager) {
 // packets) can exhaust retry_count 5 in rxe's go-back-N.
 func TestNetnsLossy(t *testing.T) {
 	p := netns.NewPair(t, netns.PairConfig{NoIPv6: true})
-	devA, mA := nsDevice(t, p.A)
-	devB, mB := nsDevice(t, p.B)
+	devA, mA := nsDevice(t, p.A.Do, p.A.Addr, p.A.MTU)
+	devB, mB := nsDevice(t, p.B.Do, p.B.Addr, p.B.MTU)
 	a := newNodeOn(t, devA, mA, p.A.Addr, o2iblnd.Config{})
 	b := newNodeOn(t, devB, mB, p.B.Addr, o2iblnd.Config{})
 	putGet(t, a, b, 4096, 1, 1) // clean link first

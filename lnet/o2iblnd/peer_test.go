@@ -44,7 +44,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // to it fail with error events; a new instance comes up on the same
 // address with a new incarnation, and the next PUT/GET reconnects
 // through a STALE reject (our CONNREQ names the old incarnation).
-func TestPeerRestart(t *testing.T) {
+func TestPeerRestart(t *testing.T) { sim(t, 104, testPeerRestart) }
+
+func testPeerRestart(t *testing.T) {
 	devA, mA, addrA := newDevice(t)
 	devB, mB, addrB := newDevice(t)
 	a := newNodeOn(t, devA, mA, addrA, o2iblnd.Config{})
@@ -56,6 +58,9 @@ func TestPeerRestart(t *testing.T) {
 	if err := putExpectFail(t, a, b, 2); !errors.Is(err, lnd.ErrPeerDown) && !errors.Is(err, lnet.ErrNoRoute) {
 		t.Fatalf("PUT to the closed peer failed with %v", err)
 	}
+	// The restart takes a moment (fake time in the bubble): the new
+	// incarnation is the start time in microseconds.
+	time.Sleep(time.Millisecond)
 	b2 := newNodeOn(t, devB, mB, addrB, o2iblnd.Config{})
 	if b2.drv().Incarnation() == oldInc {
 		t.Fatal("same incarnation after restart")
@@ -90,7 +95,9 @@ func putExpectFailOrOK(t *testing.T, s, r *node) {
 
 // TestClosePeerReconnect: a connection torn down under traffic fails
 // what it held, then the next message reconnects.
-func TestClosePeerReconnect(t *testing.T) {
+func TestClosePeerReconnect(t *testing.T) { sim(t, 105, testClosePeerReconnect) }
+
+func testClosePeerReconnect(t *testing.T) {
 	a, b := newNode(t, o2iblnd.Config{}), newNode(t, o2iblnd.Config{})
 	putGet(t, a, b, 1000, 1, 1)
 	a.drv().ClosePeer(b.nid)

@@ -70,7 +70,9 @@ func (c *rawConn) send(f lnetwire.KibMsgFields) {
 // IMMEDIATE PUT built by hand lands in the node's MD; a message with a
 // stale destination stamp, and one returning more credits than the queue
 // depth, each make the node close the connection (-ESTALE, -EPROTO).
-func TestRawPeer(t *testing.T) {
+func TestRawPeer(t *testing.T) { sim(t, 106, testRawPeer) }
+
+func testRawPeer(t *testing.T) {
 	r := newRawPeer(t)
 	x := newNode(t, o2iblnd.Config{})
 	buf := make([]byte, 64)

@@ -120,7 +120,9 @@ func expectRej(t *testing.T, ev *rdmacm.Event, x *node, why lnetwire.KibRejReaso
 
 // TestPassiveChecks drives kiblnd_passive_connect's checks with hand-made
 // CONNREQs and checks every kib_rej (lnet-wire.md §6.6, §6.7).
-func TestPassiveChecks(t *testing.T) {
+func TestPassiveChecks(t *testing.T) { sim(t, 107, testPassiveChecks) }
+
+func testPassiveChecks(t *testing.T) {
 	r := newRawPeer(t)
 	x := newNode(t, o2iblnd.Config{})
 	for _, tc := range []struct {
@@ -137,9 +139,8 @@ func TestPassiveChecks(t *testing.T) {
 		{"rdma frags", r.connReq(x, func(f *lnetwire.KibMsgFields) { f.ConnParams.MaxFrags = 258 }), lnetwire.KibRejRDMAFrags},
 		{"msg size", r.connReq(x, func(f *lnetwire.KibMsgFields) { f.ConnParams.MaxMsgSize = 8192 }), lnetwire.KibRejFatal},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			expectRej(t, r.connect(t, x, tc.pd), x, tc.why)
-		})
+		t.Log(tc.name) // (no subtests in a bubble)
+		expectRej(t, r.connect(t, x, tc.pd), x, tc.why)
 	}
 	// A byte-swapped (big-endian) CONNREQ is accepted; the CONNACK comes
 	// in the acceptor's order with the negotiated parameters.
@@ -184,7 +185,9 @@ func TestPassiveChecks(t *testing.T) {
 
 // TestConnRace: while the node is connecting to a lower NID, that NID's
 // own request loses the race (higher NID wins).
-func TestConnRace(t *testing.T) {
+func TestConnRace(t *testing.T) { sim(t, 108, testConnRace) }
+
+func testConnRace(t *testing.T) {
 	r := newRawPeer(t) // created first: the lower address
 	x := newNode(t, o2iblnd.Config{})
 	if r.nid >= x.nid {
@@ -199,7 +202,9 @@ func TestConnRace(t *testing.T) {
 // TestActiveRetries: the active side adopts the queue depth and max_frags
 // the peer advertises in MSG_QUEUE_SIZE and RDMA_FRAGS rejects and
 // retries; mixed V1/V2 nodes talk V1.
-func TestActiveRetries(t *testing.T) {
+func TestActiveRetries(t *testing.T) { sim(t, 109, testActiveRetries) }
+
+func testActiveRetries(t *testing.T) {
 	a := newNode(t, o2iblnd.Config{PeerCredits: 16})
 	b := newNode(t, o2iblnd.Config{MaxFrags: 16})
 	putGet(t, a, b, 200<<10, 1, 1)
@@ -264,7 +269,9 @@ func putRefused(t *testing.T, r *rawPeer, x *node, pd []byte) {
 // a consumer-defined REJ and no kib_rej (zero private data) is a plain
 // refusal: the send fails with an error event, nothing is counted
 // malformed and no reconnect is planned.
-func TestEmptyConsumerReject(t *testing.T) {
+func TestEmptyConsumerReject(t *testing.T) { sim(t, 110, testEmptyConsumerReject) }
+
+func testEmptyConsumerReject(t *testing.T) {
 	r := newRawPeer(t)
 	x := newNode(t, o2iblnd.Config{})
 	putRefused(t, r, x, nil)
@@ -281,7 +288,9 @@ func TestEmptyConsumerReject(t *testing.T) {
 // with a kib_rej STALE naming incarnation 0x1234. The node closes the
 // connection to the old incarnation at once instead of waiting for its
 // timeouts.
-func TestStaleRejectClosesOldConns(t *testing.T) {
+func TestStaleRejectClosesOldConns(t *testing.T) { sim(t, 111, testStaleRejectClosesOldConns) }
+
+func testStaleRejectClosesOldConns(t *testing.T) {
 	x := newNode(t, o2iblnd.Config{})
 	r := newRawPeer(t) // created second: the higher NID wins races
 	if r.nid <= x.nid {
@@ -317,15 +326,17 @@ func TestFatalRejectFailsTx(t *testing.T) {
 		{"queue size without params", lnetwire.KibRej{Magic: lnetwire.KibMagic, Version: lnetwire.KibVersion2, Why: lnetwire.KibRejMsgQueueSize}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRawPeer(t)
-			x := newNode(t, o2iblnd.Config{})
-			rej := tc.rej
-			putRefused(t, r, x, rej.Append(nil))
-			st := x.drv().Stats()
-			if st.RejectsRecv[tc.rej.Why].Load() != 1 || st.Reconnects.Load() != 0 || st.Malformed.Load() != 0 {
-				t.Errorf("rejects %d, reconnects %d, malformed %d; want 1, 0, 0",
-					st.RejectsRecv[tc.rej.Why].Load(), st.Reconnects.Load(), st.Malformed.Load())
-			}
+			sim(t, 201, func(t *testing.T) {
+				r := newRawPeer(t)
+				x := newNode(t, o2iblnd.Config{})
+				rej := tc.rej
+				putRefused(t, r, x, rej.Append(nil))
+				st := x.drv().Stats()
+				if st.RejectsRecv[tc.rej.Why].Load() != 1 || st.Reconnects.Load() != 0 || st.Malformed.Load() != 0 {
+					t.Errorf("rejects %d, reconnects %d, malformed %d; want 1, 0, 0",
+						st.RejectsRecv[tc.rej.Why].Load(), st.Reconnects.Load(), st.Malformed.Load())
+				}
+			})
 		})
 	}
 }

@@ -18,7 +18,9 @@ import (
 // throttles: IMMEDIATE, PUT_REQ and GET_REQ compete for send and
 // reserved credits. Everything must complete with intact data (no
 // deadlock, no credit overflow).
-func TestCreditExhaustion(t *testing.T) {
+func TestCreditExhaustion(t *testing.T) { sim(t, 113, testCreditExhaustion) }
+
+func testCreditExhaustion(t *testing.T) {
 	cfg := o2iblnd.Config{PeerCredits: 2, AllowSmallQueue: true, ConcurrentSends: 2}
 	tun := lnd.Tunables{Credits: 1024, PeerCredits: 255}
 	var xs [2]*node

@@ -14,7 +14,9 @@ import (
 // TestTxTimeout: a PUT_REQ the peer never answers (its lazy portal holds
 // the message) times out after the tunable timeout; the connection is
 // closed ("Timed out tx/RDMA") and the PUT fails with a timeout.
-func TestTxTimeout(t *testing.T) {
+func TestTxTimeout(t *testing.T) { sim(t, 114, testTxTimeout) }
+
+func testTxTimeout(t *testing.T) {
 	a := newNode(t, o2iblnd.Config{Timeout: 500 * time.Millisecond})
 	b := newNode(t, o2iblnd.Config{})
 	putGet(t, a, b, 100, 1, 1)
@@ -47,7 +49,9 @@ func TestTxTimeout(t *testing.T) {
 
 // TestKeepalive: an idle connection carries keepalive NOOPs both ways,
 // and the peer's last-heard time moves on.
-func TestKeepalive(t *testing.T) {
+func TestKeepalive(t *testing.T) { sim(t, 115, testKeepalive) }
+
+func testKeepalive(t *testing.T) {
 	cfg := o2iblnd.Config{Keepalive: 50 * time.Millisecond}
 	a, b := newNode(t, cfg), newNode(t, cfg)
 	putGet(t, a, b, 10, 1, 1)

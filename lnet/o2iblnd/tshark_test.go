@@ -1,18 +1,13 @@
 package o2iblnd_test
 
 import (
-	"bufio"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
-	"softib/internal/testenv"
+	"softib/internal/e2etest"
 	"softib/internal/tsharktest"
 	"softib/lnet/o2iblnd"
 	"softib/rdmacm"
@@ -27,15 +22,13 @@ import (
 // the CM private data, the lnet_ib heuristic every data-path message
 // type, and that nothing decodes as malformed.
 func TestTsharkDecodesO2ib(t *testing.T) {
-	testenv.RequireRoot(t)
-	testenv.RequireTool(t, "tshark")
-	dumpcap := testenv.RequireTool(t, "dumpcap")
 	var devs [2]verbs.Device
 	var mgrs [2]*rdmacm.Manager
 	var addrs [2]string
 	for i := range devs {
 		a := testAddr()
-		d, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: a}, UDP: &udp.Config{DisableGSO: true, DisableGRO: true}})
+		// GSO off: Wireshark sees each RoCE packet as a frame of its own.
+		d, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: a}, UDP: &udp.Config{DisableGSO: true}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -46,36 +39,8 @@ func TestTsharkDecodesO2ib(t *testing.T) {
 		t.Cleanup(func() { m.Close(); d.Close() })
 		devs[i], mgrs[i], addrs[i] = d, m, a.String()
 	}
-	path := filepath.Join(t.TempDir(), "o2ib.pcap")
-	expr := "udp port 4791 and (host " + addrs[0] + " or host " + addrs[1] + ")"
-	cmd := exec.Command(dumpcap, "-i", "lo", "-P", "-B", "64", "-f", expr, "-w", path)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		once := false
-		for sc.Scan() {
-			if !once && strings.Contains(sc.Text(), "Capturing on") {
-				once = true
-				close(ready)
-			}
-		}
-		if !once {
-			close(ready)
-		}
-	}()
-	select {
-	case <-ready:
-	case <-time.After(hangGuard):
-		t.Fatal("dumpcap did not start")
-	}
-	time.Sleep(200 * time.Millisecond) // let the capture filter attach
+	capture := e2etest.StartCapture(t, "lo", "udp port 4791 and (host "+addrs[0]+" or host "+addrs[1]+")")
+	path := capture.Path
 
 	a := newNodeOn(t, devs[0], mgrs[0], netipMust(addrs[0]), o2iblnd.Config{Cksum: true})
 	b := newNodeOn(t, devs[1], mgrs[1], netipMust(addrs[1]), o2iblnd.Config{})
@@ -84,9 +49,7 @@ func TestTsharkDecodesO2ib(t *testing.T) {
 	for i, size := range []int{0, 500, 100 << 10} {
 		putGet(t, a, b, size, uint64(40+i), 1)
 	}
-	time.Sleep(300 * time.Millisecond) // let the last packets reach the capture
-	cmd.Process.Signal(syscall.SIGTERM)
-	cmd.Wait()
+	capture.Stop()
 
 	if p := os.Getenv("O2IB_KEEP_PCAP"); p != "" {
 		b, _ := os.ReadFile(path)

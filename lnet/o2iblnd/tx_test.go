@@ -6,7 +6,6 @@ import (
 	"softib/internal/testaddr"
 	"softib/lnet/lnd"
 	"softib/rxe"
-	"softib/udp"
 	"softib/verbs"
 	"softib/wire/lnetwire"
 )
@@ -14,7 +13,7 @@ import (
 func testPD(t *testing.T) verbs.PD {
 	t.Helper()
 	a := testaddr.Next()
-	dev, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: a}, UDP: &udp.Config{DisableGRO: true}})
+	dev, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: a}})
 	if err != nil {
 		t.Fatal(err)
 	}

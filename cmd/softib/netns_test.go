@@ -12,9 +12,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,19 +33,38 @@ const netnsGuard = 90 * time.Second
 // fresh, so a fixed port cannot collide with anything.
 const netnsTCPPort = 18515
 
-// buildSoftib builds this command into the test's temporary directory.
-// The build cache makes every build after the first a link step only.
+// buildSoftib builds this command once per test binary (every CLI test
+// that runs real processes shares the binary; TestMain removes it).
 func buildSoftib(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "softib")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "softib/cmd/softib").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build softib/cmd/softib: %v\n%s", err, out)
+	builtOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "softib-cli-test-")
+		if err != nil {
+			builtErr = err
+			return
+		}
+		removeBuilt = func() { os.RemoveAll(dir) }
+		bin := filepath.Join(dir, "softib")
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "softib/cmd/softib").CombinedOutput()
+		if err != nil {
+			builtErr = fmt.Errorf("go build softib/cmd/softib: %v\n%s", err, out)
+			return
+		}
+		builtBin = bin
+	})
+	if builtErr != nil {
+		t.Fatal(builtErr)
 	}
-	return bin
+	return builtBin
 }
+
+var (
+	builtOnce sync.Once
+	builtBin  string
+	builtErr  error
+)
 
 // nsProc is a softib process running in a namespace.
 type nsProc struct {

@@ -44,8 +44,8 @@ const (
 	// keepMinPayload is the smallest payload worth a pipe: below it the
 	// copy costs less than the splice calls.
 	keepMinPayload = 64 << 10
-	// maxKeptPipes bounds the pipes of one LND (each may pin up to
-	// lnd.MaxPayload of socket pages); messages beyond use copies.
+	// maxKeptPipes bounds the pipes of one LND (each holds at most one
+	// payload's pages); messages beyond use copies.
 	maxKeptPipes = 64
 )
 
@@ -89,9 +89,15 @@ func (l *LND) getPipe() *keptPayload {
 	var fds [2]int
 	err := unix.Pipe2(fds[:], unix.O_NONBLOCK|unix.O_CLOEXEC)
 	if err == nil {
-		// Room for a whole payload, so that one pipe holds a message
-		// whose socket pages are at least 4 KiB each.
-		if _, err = unix.FcntlInt(uintptr(fds[1]), unix.F_SETPIPE_SZ, keptPipeSize); err != nil {
+		// A pipe holds one page reference per slot (capacity/4 KiB
+		// slots), and a socket's pages may be fragments of one MTU: ask
+		// for 4× a payload (1,024 slots, beyond pipe-max-size, which a
+		// privileged lnetd may exceed), else for one payload's worth.
+		// A payload that still does not fit falls back to copying.
+		if _, err = unix.FcntlInt(uintptr(fds[1]), unix.F_SETPIPE_SZ, 4*keptPipeSize); err != nil {
+			_, err = unix.FcntlInt(uintptr(fds[1]), unix.F_SETPIPE_SZ, keptPipeSize)
+		}
+		if err != nil {
 			unix.Close(fds[0])
 			unix.Close(fds[1])
 		}

@@ -132,7 +132,7 @@ func TestRoutedSockCsum(t *testing.T) {
 	rs.checkIdle(t)
 }
 
-// TestRoutedSockPipeFull: pipes of one page run out of slots mid-payload:
+// TestRoutedSockPipeFull: pipes of a few pages run out of slots mid-payload:
 // R copies what the pipe holds and reads the rest (the fallback), and
 // the data arrives intact.
 func TestRoutedSockPipeFull(t *testing.T) {
@@ -145,9 +145,9 @@ func TestRoutedSockPipeFull(t *testing.T) {
 	}
 	rx, _, fb := rs.rStats()
 	if fb == 0 {
-		t.Errorf("no fallback with one-page pipes (%d kept)", rx)
+		t.Errorf("no fallback with pipes of a few pages (%d kept)", rx)
 	}
-	t.Logf("one-page pipes: %d kept, %d fallbacks", rx, fb)
+	t.Logf("pipes of a few pages: %d kept, %d fallbacks", rx, fb)
 	rs.checkIdle(t)
 }
 

@@ -258,7 +258,11 @@ func (d *device) asyncEvent(ev *C.sib_async) {
 	}
 }
 
-func (d *device) Name() string            { return d.name }
+func (d *device) Name() string { return d.name }
+
+// KernelDevice names the kernel device: the RDMA CM (package rdmacm) runs
+// connections of kernel devices through the kernel's CM (librdmacm).
+func (d *device) KernelDevice() string    { return d.name }
 func (d *device) Query() verbs.DeviceAttr { return d.attr }
 
 func (d *device) Events() <-chan verbs.AsyncEvent { return d.events }

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -80,12 +81,20 @@ func TestInteropIBVerbs(t *testing.T) {
 	for _, tc := range []struct {
 		name, args string
 		want       string
+		// marker, when set, is the server output that says it listens
+		// (RDMA CM servers have no TCP socket to watch).
+		marker string
 	}{
-		{"rc_pingpong 4096 -c", "rc_pingpong -g 1 -n 200 -s 4096 -c", "200 iters"},
-		{"ud_pingpong 1024 -c", "ud_pingpong -g 1 -n 200 -s 1024 -c", "200 iters"},
-		{"perf write_bw", "perf write_bw -x 1 -s 65536 -n 200", "#bytes"},
-		{"perf read_bw", "perf read_bw -x 1 -s 65536 -n 200", "#bytes"},
-		{"perf send_lat", "perf send_lat -x 1 -s 64 -n 200", "#bytes"},
+		{"rc_pingpong 4096 -c", "rc_pingpong -g 1 -n 200 -s 4096 -c", "200 iters", ""},
+		{"ud_pingpong 1024 -c", "ud_pingpong -g 1 -n 200 -s 1024 -c", "200 iters", ""},
+		{"perf write_bw", "perf write_bw -x 1 -s 65536 -n 200", "#bytes", ""},
+		{"perf read_bw", "perf read_bw -x 1 -s 65536 -n 200", "#bytes", ""},
+		{"perf send_lat", "perf send_lat -x 1 -s 64 -n 200", "#bytes", ""},
+		// Connection management: the kernel's CM (librdmacm) on one side,
+		// softib's IB CM on the other.
+		{"rping -V", "rping -d -v -V -C 20 -S 100", "ping data", "rdma_listen"},
+		{"perf write_bw -R", "perf write_bw -R -s 65536 -n 200", "#bytes", "Waiting for client"},
+		{"perf read_lat -R", "perf read_lat -R -s 64 -n 200", "#bytes", "Waiting for client"},
 	} {
 		for _, guestServer := range []bool{true, false} {
 			side := "srv=guest-ibverbs"
@@ -93,7 +102,7 @@ func TestInteropIBVerbs(t *testing.T) {
 				side = "srv=host-rxe"
 			}
 			t.Run(tc.name+" "+side, func(t *testing.T) {
-				crossProvider(ctx, t, v, hostBin, strings.Fields(tc.args), guestServer, host, guest, port, tc.want)
+				crossProvider(ctx, t, v, hostBin, strings.Fields(tc.args), guestServer, host, guest, port, tc.want, tc.marker)
 			})
 		}
 	}
@@ -101,13 +110,28 @@ func TestInteropIBVerbs(t *testing.T) {
 
 // crossProvider runs one softib tool as a pair: the guest's softib on the
 // kernel's rxe0 (--provider ibverbs) and the host's on softib's rxe.
-func crossProvider(ctx context.Context, t *testing.T, v *vm.VM, hostBin string, args []string, guestServer bool, host, guest string, port int, want string) {
-	guestCmd := "/mnt/jobs/softib-ibverbs " + strings.Join(args, " ") + " --provider ibverbs -d rxe0"
+func crossProvider(ctx context.Context, t *testing.T, v *vm.VM, hostBin string, args []string, guestServer bool, host, guest string, port int, want, marker string) {
+	rping := args[0] == "rping"
+	guestCmd := "SOFTIB_PROVIDER=ibverbs /mnt/jobs/softib-ibverbs " + strings.Join(args, " ")
 	hostArgs := append(append([]string{}, args...), "--addr", host)
-	var out strings.Builder
+	switch {
+	case rping && guestServer:
+		guestCmd += " -s -a " + guest
+		hostArgs = append(hostArgs, "-c", "-a", guest)
+	case rping:
+		guestCmd += " -c -a " + host
+		hostArgs = append(hostArgs, "-s", "-a", host)
+	case !guestServer:
+		guestCmd += " " + host
+	}
+	var out syncBuf
 	hc := v.Command(ctx, hostBin, hostArgs...)
 	if guestServer {
-		job, err := v.Go("ibv-server", fmt.Sprintf("%s &\npid=$!\nwait_listen %d $pid\nwait $pid\n", guestCmd, port), 2*time.Minute)
+		ready := fmt.Sprintf("wait_listen %d $pid", port)
+		if marker != "" {
+			ready = fmt.Sprintf("while kill -0 $pid 2>/dev/null && ! grep -q %q /tmp/srv.out; do nap 0.05; done; mark ready", marker)
+		}
+		job, err := v.Go("ibv-server", fmt.Sprintf("%s >/tmp/srv.out 2>&1 &\npid=$!\n%s\nwait $pid\nrc=$?\ncat /tmp/srv.out\nexit $rc\n", guestCmd, ready), 2*time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,7 +139,9 @@ func crossProvider(ctx context.Context, t *testing.T, v *vm.VM, hostBin string, 
 			r, _ := job.Wait(ctx)
 			t.Fatalf("guest server did not start: %v\n%s%s", err, r.Stdout, r.Stderr)
 		}
-		hc.Args = append(hc.Args, guest)
+		if !rping {
+			hc.Args = append(hc.Args, guest)
+		}
 		hc.Stdout, hc.Stderr = &out, &out
 		herr := hc.Run()
 		r, err := job.Wait(ctx)
@@ -132,7 +158,13 @@ func crossProvider(ctx context.Context, t *testing.T, v *vm.VM, hostBin string, 
 	done := make(chan error, 1)
 	go func() { done <- hc.Wait() }()
 	deadline := time.Now().Add(30 * time.Second)
-	for !vm.TCPListening(hc.Process.Pid, port) {
+	listening := func() bool {
+		if marker != "" {
+			return strings.Contains(out.String(), marker)
+		}
+		return vm.TCPListening(hc.Process.Pid, port)
+	}
+	for !listening() {
 		if time.Now().After(deadline) {
 			_ = hc.Process.Kill()
 			<-done
@@ -140,7 +172,7 @@ func crossProvider(ctx context.Context, t *testing.T, v *vm.VM, hostBin string, 
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	r, err := v.Run(ctx, "ibv-client", guestCmd+" "+host, 2*time.Minute)
+	r, err := v.Run(ctx, "ibv-client", guestCmd, 2*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,4 +196,23 @@ func check(t *testing.T, want string, r vm.Result, hostErr error, hostOut string
 	if !strings.Contains(r.Stdout+hostOut, want) {
 		t.Fatalf("no %q in the output", want)
 	}
+}
+
+// syncBuf is a strings.Builder the command's output goroutines and the
+// test read concurrently.
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -43,6 +43,9 @@ type ID struct {
 	seq      uint32
 	ud       UDParam // the peer's UD QP (after SIDR_REP)
 	rejected bool
+	// k is the kernel's rdma_cm_id when the manager serves kernel
+	// devices (kernel.go); nil on softib devices.
+	k kernelID
 }
 
 // CreateID creates an ID in a port space (rdma_create_id). The QP type
@@ -74,6 +77,13 @@ func (m *Manager) CreateIDType(ch *EventChannel, ctx any, ps PortSpace, t verbs.
 	defer m.mu.Unlock()
 	if m.closed {
 		return nil, ErrClosed
+	}
+	if m.kern != nil {
+		k, err := m.kern.newID(id, ps, t)
+		if err != nil {
+			return nil, err
+		}
+		id.k = k
 	}
 	m.ids[id] = struct{}{}
 	return id, nil
@@ -176,6 +186,9 @@ func (id *ID) emit(e *Event) {
 // An unspecified address binds to every device; port 0 picks an
 // ephemeral port.
 func (id *ID) BindAddr(addr netip.AddrPort) error {
+	if id.k != nil {
+		return id.kernelBind(addr)
+	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	if id.state != StateIdle {
@@ -202,6 +215,9 @@ func (id *ID) BindAddr(addr netip.AddrPort) error {
 // (rdma_resolve_addr); ADDR_RESOLVED or ADDR_ERROR follows on the
 // channel. A zero src means any local address.
 func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error {
+	if id.k != nil {
+		return id.kernelResolveAddr(src, dst, timeout)
+	}
 	_ = timeout // resolution is local: softib devices are known, no ARP
 	id.mu.Lock()
 	defer id.mu.Unlock()
@@ -264,6 +280,9 @@ func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error 
 // ResolveRoute builds the RoCEv2 path to the resolved address
 // (rdma_resolve_route); ROUTE_RESOLVED or ROUTE_ERROR follows.
 func (id *ID) ResolveRoute(timeout time.Duration) error {
+	if id.k != nil {
+		return id.kernelResolveRoute(timeout)
+	}
 	_ = timeout
 	id.mu.Lock()
 	defer id.mu.Unlock()
@@ -313,6 +332,9 @@ func (id *ID) Migrate(ch *EventChannel) error {
 // it to INIT (UD: to RTS with Q_Key 0x01234567). A nil pd means the
 // device's default PD. attr.Type is set from the ID.
 func (id *ID) CreateQP(pd verbs.PD, attr *verbs.QPInitAttr) (verbs.QP, error) {
+	if id.k != nil {
+		return id.kernelCreateQP(pd, attr)
+	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	if id.dev == nil {
@@ -377,6 +399,9 @@ func modifyAll(qp verbs.QP, steps ...step) error {
 // InitQPAttr returns the attributes for moving the connection's QP to
 // state (rdma_init_qp_attr).
 func (id *ID) InitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, error) {
+	if id.k != nil {
+		return id.k.initQPAttr(state)
+	}
 	id.mu.Lock()
 	c, passive, seq := id.cmID, id.parent != nil, id.seq
 	id.mu.Unlock()
@@ -419,6 +444,9 @@ func (id *ID) qpErrLocked() {
 // bound port (rdma_listen). backlog bounds the CONNECT_REQUESTs not yet
 // accepted or rejected (0 means 1024); requests beyond it are rejected.
 func (id *ID) Listen(backlog int) error {
+	if id.k != nil {
+		return id.kernelListen(backlog)
+	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	if id.state == StateIdle {
@@ -480,6 +508,9 @@ func (id *ID) listenOnLocked(d *device) error {
 // 180 bytes. ResponderResources and InitiatorDepth are capped to the
 // device (0xFF asks for its maximum); a nil p uses librdmacm's defaults.
 func (id *ID) Connect(p *ConnParam) error {
+	if id.k != nil {
+		return id.kernelConnect(p)
+	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	if id.state != StateRouteResolved {
@@ -557,6 +588,9 @@ func (id *ID) capRdAtom(v uint8) uint8 { return min(v, id.dev.maxRdAtom) }
 // to RTS first; a REP with up to 196 bytes of private data follows (UD:
 // a SIDR_REP with the QPN and Q_Key 0x01234567, up to 136 bytes).
 func (id *ID) Accept(p *ConnParam) error {
+	if id.k != nil {
+		return id.kernelAccept(p)
+	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	if id.state != StateConnect || id.cmID == nil {
@@ -631,6 +665,9 @@ func (id *ID) Accept(p *ConnParam) error {
 // Reject refuses a CONNECT_REQUEST (rdma_reject) with up to 148 bytes of
 // private data (REJ reason "consumer defined"; UD: SIDR_REP "reject").
 func (id *ID) Reject(privateData []byte) error {
+	if id.k != nil {
+		return id.kernelReject(privateData)
+	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	if id.state != StateConnect || id.cmID == nil || id.parent == nil {
@@ -669,6 +706,9 @@ func (id *ID) leaveBacklogLocked() {
 // Establish completes a connection whose CONNECT_RESPONSE was delivered
 // because the ID has no QP (rdma_establish): it sends the RTU.
 func (id *ID) Establish() error {
+	if id.k != nil {
+		return id.kernelEstablish()
+	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	if id.state != StateConnect || id.cmID == nil {
@@ -680,6 +720,9 @@ func (id *ID) Establish() error {
 // Disconnect tears the connection down (rdma_disconnect): the QP goes to
 // ERR and a DREQ is sent, or the DREP if the peer disconnected first.
 func (id *ID) Disconnect() error {
+	if id.k != nil {
+		return id.kernelDisconnect()
+	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	if (id.state != StateConnect && id.state != StateDisconnect) || id.cmID == nil {
@@ -701,6 +744,9 @@ func (id *ID) Disconnect() error {
 // CM's destroy rules), the port is released. The QP is not destroyed
 // (DestroyQP).
 func (id *ID) Destroy() error {
+	if id.k != nil {
+		return id.kernelDestroy()
+	}
 	id.mu.Lock()
 	if id.state == StateDestroying {
 		id.mu.Unlock()

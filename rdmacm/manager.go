@@ -57,6 +57,10 @@ type Manager struct {
 	devs   []*device
 	ids    map[*ID]struct{}
 	bound  map[portKey][]*ID
+	// kern is the kernel's RDMA CM when the manager serves kernel
+	// devices (by kernel name in kdevs); see kernel.go.
+	kern  kernelCM
+	kdevs map[string]*device
 }
 
 type portKey struct {
@@ -85,6 +89,15 @@ func NewManager(cfg Config) *Manager {
 // AddDevice attaches an IB CM to dev's QP1 and makes its address
 // resolvable.
 func (m *Manager) AddDevice(dev verbs.Device) error {
+	if kd, ok := dev.(KernelDevice); ok {
+		return m.addKernelDevice(dev, kd)
+	}
+	m.mu.Lock()
+	kern := m.kern != nil
+	m.mu.Unlock()
+	if kern {
+		return fmt.Errorf("rdmacm: a manager serves softib devices or kernel devices, not both (use a second Manager): %w", ErrInvalid)
+	}
 	c, err := cm.Attach(dev, m.cfg.CM, m.cfg.GSI)
 	if err != nil {
 		return err
@@ -170,7 +183,14 @@ func (m *Manager) Close() error {
 	m.closed = true
 	devs := m.devs
 	m.devs = nil
+	kern, kdevs := m.kern, m.kdevs
 	m.mu.Unlock()
+	if kern != nil {
+		kern.close() // destroys the IDs left, then the event channel
+		for _, d := range kdevs {
+			d.pd.Dealloc()
+		}
+	}
 	var errs []error
 	for _, d := range devs {
 		if err := d.cm.Close(); err != nil {

@@ -35,15 +35,15 @@ const lstUsage = `usage: softib lst [--session FILE] <command> [flags] [args]
 Session (kept in FILE between invocations):
   new_session NAME [--timeout 300] [--force] [--if ADDR] [--port 988] [--net tcp]
               [--rpc-timeout 10] [--socket PATH]
-  show_session
+  show_session [--json]
   end_session
   add_group NAME NID... (ranges: 192.168.1.[2-5]@tcp)
-  list_group [NAME]
+  list_group [NAME] [--json]
   add_batch NAME
-  list_batch [NAME]
+  list_batch [NAME] [--json]
   add_test --batch B --from G --to G [--concurrency N] [--distribute a:b] [--loop N]
            brw read|write [size=8..1M] [off=N] [check=none|simple|full]  |  ping
-  run B | stop B [--force] | query B
+  run B | stop B [--force] | query B [--json]
   stat [--delay 1] [--count 0] [--json] GROUP...
 
 One-shot (no session file; exits 1 on any RPC error or data mismatch):
@@ -86,6 +86,29 @@ type lst struct {
 	// dialPort is the acceptor port a private console node dials (0:
 	// the console goes through lnetd), named in connection-refused hints.
 	dialPort int
+	// json is --json of the listing commands (show_session, list_group,
+	// list_batch, query): one JSON document on stdout.
+	json bool
+}
+
+// cutJSON removes --json (or -json) from args.
+func cutJSON(args []string) ([]string, bool) {
+	var rest []string
+	found := false
+	for _, a := range args {
+		if a == "--json" || a == "-json" {
+			found = true
+			continue
+		}
+		rest = append(rest, a)
+	}
+	return rest, found
+}
+
+// printJSON prints v as one indented JSON document.
+func (l *lst) printJSON(v any) {
+	b, _ := json.MarshalIndent(v, "", "  ")
+	fmt.Fprintf(l.out, "%s\n", b)
 }
 
 // RunLst is `softib lst`. It returns the exit code: 0 success, 1 a failed
@@ -115,6 +138,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, opts Opti
 		return 2
 	}
 	cmd, args := args[0], args[1:]
+	switch cmd {
+	case "show_session", "list_group", "list_batch", "query":
+		args, l.json = cutJSON(args)
+	}
 	switch cmd {
 	case "help":
 		fmt.Fprint(stdout, lstUsage)
@@ -481,6 +508,18 @@ func (l *lst) showSession() int {
 	if err != nil {
 		return l.fail(err)
 	}
+	if l.json {
+		l.printJSON(struct {
+			Name     string `json:"name"`
+			Stamp    uint64 `json:"stamp"`
+			Console  string `json:"console"`
+			Key      string `json:"key"`
+			Features string `json:"features"`
+			Timeout  int    `json:"timeout"`
+			Force    bool   `json:"force"`
+		}{st.Name, st.Stamp, st.Console, l.path, fmt.Sprintf("%x", (&selftest.Console{State: st}).Feats()), st.Timeout, st.Force})
+		return 0
+	}
 	fmt.Fprintf(l.out, "%s ID: %d@%s, KEY: %s FEATURES: %x TIMEOUT: %d FORCE: %s\n", st.Name, st.Stamp, st.Console,
 		l.path, (&selftest.Console{State: st}).Feats(), st.Timeout, yesNo(st.Force))
 	return 0
@@ -549,12 +588,34 @@ func (l *lst) listGroup(ctx context.Context, args []string) int {
 	if err != nil {
 		return l.fail(err)
 	}
+	type jsonNode struct {
+		NID   string `json:"nid"`
+		State string `json:"state"`
+		Error string `json:"error,omitempty"`
+	}
+	type jsonGroup struct {
+		Name   string     `json:"name"`
+		Total  int        `json:"total"`
+		Active *int       `json:"active,omitempty"`
+		Nodes  []jsonNode `json:"nodes,omitempty"`
+	}
+	groups := []jsonGroup{}
 	if len(args) == 0 {
 		for i, g := range st.Groups {
-			fmt.Fprintf(l.out, "%d) %s\n", i+1, g.Name)
+			groups = append(groups, jsonGroup{Name: g.Name, Total: len(g.NIDs)})
+			if !l.json {
+				fmt.Fprintf(l.out, "%d) %s\n", i+1, g.Name)
+			}
+		}
+		if l.json {
+			l.printJSON(map[string]any{"groups": groups})
+			return 0
 		}
 		fmt.Fprintf(l.out, "Total %d groups\n", len(st.Groups))
 		return 0
+	}
+	if l.json {
+		defer func() { l.printJSON(map[string]any{"groups": groups}) }()
 	}
 	c, done, err := l.console(st, 0)
 	if err != nil {
@@ -569,19 +630,29 @@ func (l *lst) listGroup(ctx context.Context, args []string) int {
 		}
 		active := 0
 		res, states := c.Query(ctx, nids)
+		g := jsonGroup{Name: name, Total: len(nids), Active: new(int), Nodes: []jsonNode{}}
 		for i, r := range res {
 			state := string(states[i])
+			n := jsonNode{NID: r.NID.String(), State: strings.ToUpper(state)}
 			switch states[i] {
 			case selftest.NodeActive:
 				active++
 			case selftest.NodeDown:
 				state, code = "Down ("+r.Err.Error()+")", 1
+				n.Error = r.Err.Error()
 			default:
 				code = 1
 			}
-			fmt.Fprintf(l.out, "\t%s\t%s\n", r.NID, state)
+			g.Nodes = append(g.Nodes, n)
+			if !l.json {
+				fmt.Fprintf(l.out, "\t%s\t%s\n", r.NID, state)
+			}
 		}
-		fmt.Fprintf(l.out, "Total %d nodes, %d active\n", len(nids), active)
+		*g.Active = active
+		groups = append(groups, g)
+		if !l.json {
+			fmt.Fprintf(l.out, "Total %d nodes, %d active\n", len(nids), active)
+		}
 	}
 	return code
 }
@@ -608,6 +679,29 @@ func (l *lst) listBatch(args []string) int {
 	st, err := l.load()
 	if err != nil {
 		return l.fail(err)
+	}
+	if l.json {
+		type jsonTest struct {
+			Index int    `json:"index"`
+			Test  string `json:"test"`
+		}
+		type jsonBatch struct {
+			Name  string     `json:"name"`
+			Tests []jsonTest `json:"tests"`
+		}
+		batches := []jsonBatch{}
+		for _, b := range st.Batches {
+			if len(args) > 0 && args[0] != b.Name {
+				continue
+			}
+			jb := jsonBatch{Name: b.Name, Tests: []jsonTest{}}
+			for _, t := range b.Tests {
+				jb.Tests = append(jb.Tests, jsonTest{Index: t.Index, Test: t.String()})
+			}
+			batches = append(batches, jb)
+		}
+		l.printJSON(map[string]any{"batches": batches})
+		return 0
 	}
 	for i, b := range st.Batches {
 		if len(args) > 0 && args[0] != b.Name {
@@ -716,14 +810,33 @@ func (l *lst) batchCmd(ctx context.Context, cmd string, args []string) int {
 			fmt.Fprintf(l.out, "%s is stopped now\n", args[0])
 		}
 	case "query":
+		state := "idle"
+		if active > 0 {
+			state = "running"
+		}
+		if l.json {
+			type jsonNode struct {
+				NID    string `json:"nid"`
+				Active int    `json:"active_tests"`
+				Error  string `json:"error,omitempty"`
+			}
+			nodes := []jsonNode{}
+			for _, r := range res {
+				n := jsonNode{NID: r.NID.String()}
+				if r.Err != nil {
+					n.Error = r.Err.Error()
+				} else {
+					n.Active = int(r.Active())
+				}
+				nodes = append(nodes, n)
+			}
+			l.printJSON(map[string]any{"batch": args[0], "state": strings.ToUpper(state), "nodes": nodes})
+			break
+		}
 		for _, r := range res {
 			if r.Err == nil {
 				fmt.Fprintf(l.out, "\t%s\tactive test instances: %d\n", r.NID, r.Active())
 			}
-		}
-		state := "idle"
-		if active > 0 {
-			state = "running"
 		}
 		fmt.Fprintf(l.out, "selftest.Batch %s is %s\n", args[0], state)
 	}

@@ -279,6 +279,28 @@ func TestProcSession(t *testing.T) {
 	if k := sample.Groups[1].Nodes[0].Counters; k.RPC.BulkGet != 400*64<<10 || k.RPC.RPCsRcvd < 400 {
 		t.Fatalf("server counters %+v", k)
 	}
+	// --json of the listing commands: snake_case, states as strings.
+	var q struct {
+		Batch, State string
+		Nodes        []struct {
+			NID    string `json:"nid"`
+			Active int    `json:"active_tests"`
+		}
+	}
+	if out := ok("query", "b", "--json"); json.Unmarshal([]byte(out), &q) != nil || q.State != "IDLE" || len(q.Nodes) != 2 {
+		t.Fatalf("query --json:\n%s", out)
+	}
+	var lg struct {
+		Groups []struct {
+			Name   string
+			Active int
+			Nodes  []struct{ NID, State string }
+		}
+	}
+	if out := ok("list_group", "servers", "--json"); json.Unmarshal([]byte(out), &lg) != nil || len(lg.Groups) != 1 ||
+		lg.Groups[0].Active != 1 || lg.Groups[0].Nodes[0].State != "ACTIVE" {
+		t.Fatalf("list_group --json:\n%s", out)
+	}
 	// The table form is lst's.
 	out = ok("stat", "--count", "1", "--delay", "0.2", "servers")
 	if !strings.Contains(out, "[LNet Rates of servers]\n[R] Avg: ") || !strings.Contains(out, "MiB/s Min: ") {

@@ -3,7 +3,6 @@ package lustre_test
 import (
 	"bufio"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -96,8 +95,6 @@ func discoverLists(t *testing.T, who, out, prim string, nids ...string) {
 		}
 	}
 }
-
-var lstErrRe = regexp.MustCompile(`Total (\d+) error nodes in`)
 
 // TestInteropMultiRail: one guest with tcp and o2ib NIs, softib lnetd
 // with tcp and o2ib NIs:

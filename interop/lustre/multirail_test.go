@@ -108,7 +108,9 @@ func discoverLists(t *testing.T, who, out, prim string, nids ...string) {
 //   - the o2ib rail dropped inside the guest (tc drops RoCE, UDP 4791,
 //     both ways) while brw check=full runs: lst stat reports no error
 //     (it exits non-zero on any), the tcp rail carries on, no data check
-//     fails.
+//     fails;
+//   - softib's fault rules (drop, then delay, of portal-0 GETs) act on the
+//     kernel's lnetctl ping.
 func TestInteropMultiRail(t *testing.T) {
 	g := lustre.Boot(t)
 	if g == nil {
@@ -252,4 +254,62 @@ tc -s filter show dev eth0 ingress`)
 		t.Logf("softib stats:\n%s", out)
 	}
 	checkNoCorruption(t, g)
+	faultRulesAgainstKernel(t, g, d)
+}
+
+// faultCount returns the value of key in a one-rule fault show output
+// (-1 when absent).
+func faultCount(out, key string) int64 {
+	for _, l := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), key+": "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err == nil {
+				return n
+			}
+		}
+	}
+	return -1
+}
+
+// faultRulesAgainstKernel: softib's fault rules act on the kernel's
+// traffic. A drop rule for GETs on portal 0 from anyone makes the
+// kernel's lnetctl ping of softib fail and counts the GET; with the rule
+// deleted the ping works; a delay rule holds the ping's GET and the ping
+// still succeeds.
+func faultRulesAgainstKernel(t *testing.T, g *lustre.Guest, d *lustre.Lnetd) {
+	t.Helper()
+	ctx := g.Context()
+	st := d.NID("tcp")
+	if _, err := d.Ctl("fault", "drop", "add", "-s", "*", "-d", "*", "-m", "GET", "-p", "0", "-r", "1"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := g.Lnetctl(ctx, "ping", "--timeout", "5", st); err == nil {
+		t.Errorf("kernel ping of softib got through a drop rule:\n%s", out)
+	}
+	// The kernel may also send recovery pings (GETs on portal 0) after
+	// the failed one: the rule takes those too, so at least one.
+	out, err := d.Ctl("fault", "drop", "show")
+	if err != nil || faultCount(out, "fs_get") < 1 || faultCount(out, "ds_dropped") != faultCount(out, "fs_get") {
+		t.Errorf("fault drop show after the kernel's ping: %v\n%s", err, out)
+	}
+	t.Logf("softib fault drop show:\n%s", out)
+	if _, err := d.Ctl("fault", "drop", "del", "--all"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Ping(ctx, st); err != nil {
+		t.Errorf("kernel ping of softib with the drop rule deleted: %v", err)
+	}
+	if _, err := d.Ctl("fault", "delay", "add", "-s", "*", "-d", "*", "-m", "GET", "-p", "0", "-r", "1", "-l", "2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Ping(ctx, st); err != nil {
+		t.Errorf("kernel ping of softib through a delay rule: %v", err)
+	}
+	out, err = d.Ctl("fault", "delay", "show")
+	if err != nil || faultCount(out, "ls_delayed") < 1 {
+		t.Errorf("fault delay show after the kernel's ping: %v\n%s", err, out)
+	}
+	if _, err := d.Ctl("fault", "delay", "del", "--all"); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -140,5 +140,7 @@ func runDemoRDMA(cfg demo.Config, asJSON bool) int {
 	}
 	fmt.Printf("softib demo --rdma: rxe0 %v <-> rxe1 %v, RC, %.1f s\n\n", cfg.AddrA, cfg.AddrB, time.Since(start).Seconds())
 	demo.WriteTable(os.Stdout, rows)
+	fmt.Print(demo.SweepLegend)
+	demo.WriteSweepCommands(os.Stdout, rows, cfg.AddrA.String(), cfg.AddrB.String())
 	return 0
 }

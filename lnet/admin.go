@@ -149,6 +149,9 @@ type Stats struct {
 	// ResponseTimeouts counts ACKs/REPLYs that did not come within
 	// TransactionTimeout (their MDs were unlinked).
 	ResponseTimeouts uint64
+	// RstAlloc is the number of response trackers in use (MDs waiting
+	// for an ACK or REPLY; rst_alloc).
+	RstAlloc uint64
 	// Health are Lustre 2.17's health counters (health.go).
 	Health HealthStats
 	MEs    int // match entries attached now
@@ -161,6 +164,9 @@ func (in *Instance) Stats() Stats {
 	defer in.mu.Unlock()
 	st := in.stats
 	st.MDs = len(in.mds)
+	for md := in.rsp.head; md != nil; md = md.rspNext {
+		st.RstAlloc++
+	}
 	st.Health = in.mr.hstats
 	st.Health.ResponseTimeoutCount = st.ResponseTimeouts
 	return st

@@ -20,9 +20,11 @@ const ctlUsage = `usage: softib lnetctl [--socket PATH] [--json] <object> <actio
           [--conns-per-peer N] [--accept-port N] [--cpt "[0]"]
   net del --net tcp
   net show [--net tcp] [-v]
-  peer add --prim_nid NID [--nid NID,...] [--non_mr]
+  peer add --prim_nid NID [--nid NID,...] [--non_mr] [--lock_prim]
   peer del --prim_nid NID [--nid NID,...]
   peer show [--nid NID] [-v]
+  peer set --nid NID --health VALUE
+  net set --nid NID --health VALUE
   route add --net NET --gateway NID [--hop N] [--priority N]
   route del --net NET --gateway NID
   route show [--net NET] [--gateway NID] [--hop N] [-v]
@@ -260,6 +262,9 @@ func (c *ctl) net(ctx context.Context, action string, args []string) int {
 	fs := c.flags("net " + action)
 	netName := fs.String("net", "", "network (tcp, tcp1, ...)")
 	switch action {
+	case "set":
+		nid := fs.String("nid", "", "local NID")
+		return c.setHealth(ctx, "net", fs, nid, args)
 	case "add":
 		ifs := fs.String("if", "", "interfaces or IPv4 addresses, comma separated")
 		nid := fs.String("nid", "", "NID (optional; default: address of the first interface)")
@@ -315,7 +320,21 @@ func (c *ctl) net(ctx context.Context, action string, args []string) int {
 		}
 		return c.show(ctx, "net.show", ShowArgs{Net: *netName, Verbose: *v})
 	}
-	return c.usageErr("unknown action %q for net (add, del, show)", action)
+	return c.usageErr("unknown action %q for net (add, del, show, set)", action)
+}
+
+// setHealth is peer set / net set --health V --nid NID (the value of
+// one peer NI's or local NI's health, for tests; Lustre's lnetctl has
+// the same knob).
+func (c *ctl) setHealth(ctx context.Context, obj string, fs *flag.FlagSet, nid *string, args []string) int {
+	h := fs.Int("health", -1, "health value 0..1000")
+	if _, err := parseInterleaved(fs, args); err != nil {
+		return 2
+	}
+	if *nid == "" || *h < 0 {
+		return c.usageErr("%s set needs --nid NID --health VALUE", obj)
+	}
+	return c.simple(ctx, obj+".set", HealthArgs{NID: *nid, Health: *h})
 }
 
 func (c *ctl) peer(ctx context.Context, action string, args []string) int {
@@ -326,13 +345,16 @@ func (c *ctl) peer(ctx context.Context, action string, args []string) int {
 		prim := fs.String("prim_nid", "", "primary NID")
 		fs.StringVar(prim, "prim-nid", "", "same as --prim_nid")
 		nonMR := fs.Bool("non_mr", false, "the peer is not Multi-Rail")
+		lockPrim := fs.Bool("lock_prim", false, "keep --prim_nid the primary NID whatever discovery learns")
 		if _, err := parseInterleaved(fs, args); err != nil {
 			return 2
 		}
 		if *prim == "" {
 			return c.usageErr("peer %s needs --prim_nid", action)
 		}
-		return c.simple(ctx, "peer."+action, PeerArgs{PrimaryNID: *prim, NIDs: splitList(*nid), NonMR: *nonMR})
+		return c.simple(ctx, "peer."+action, PeerArgs{PrimaryNID: *prim, NIDs: splitList(*nid), NonMR: *nonMR, LockPrim: *lockPrim})
+	case "set":
+		return c.setHealth(ctx, "peer", fs, nid, args)
 	case "show", "list", "":
 		v := fs.Bool("v", false, "verbose: credits, refcount")
 		fs.BoolVar(v, "verbose", false, "same as -v")
@@ -347,7 +369,7 @@ func (c *ctl) peer(ctx context.Context, action string, args []string) int {
 		}
 		return c.show(ctx, "peer.show", ShowArgs{NID: *nid, Verbose: *v})
 	}
-	return c.usageErr("unknown action %q for peer (add, del, show)", action)
+	return c.usageErr("unknown action %q for peer (add, del, show, set)", action)
 }
 
 func (c *ctl) route(ctx context.Context, action string, args []string) int {

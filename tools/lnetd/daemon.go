@@ -124,6 +124,12 @@ func New(opts Options) (*Daemon, error) {
 		}
 	}
 	d.peers = slices.Clone(cfg.Peers)
+	for i, p := range cfg.Peers {
+		if err := d.applyPeer(p); err != nil {
+			d.Close()
+			return nil, &ConfigError{Path: fmt.Sprintf("peer[%d]", i), Msg: err.Error()}
+		}
+	}
 	return d, nil
 }
 
@@ -181,6 +187,22 @@ func (d *Daemon) coreGlobals() lnet.Globals {
 	}
 	if v, ok := d.global.Get("dead_router_check_interval"); ok {
 		g.DeadRouterCheckInterval = time.Duration(v) * time.Second
+	}
+	// Health (lnet/health.go).
+	if v, ok := d.global.Get("retry_count"); ok {
+		g.RetryCount = int(v)
+	}
+	if v, ok := d.global.Get("health_sensitivity"); ok {
+		g.HealthSensitivity = int(v)
+	}
+	if v, ok := d.global.Get("recovery_interval"); ok {
+		g.RecoveryInterval = time.Duration(v) * time.Second
+	}
+	if v, ok := d.global.Get("recovery_limit"); ok {
+		g.RecoveryLimit = time.Duration(v) * time.Second
+	}
+	if v, ok := d.global.Get("max_recovery_ping_interval"); ok {
+		g.MaxRecoveryPingInterval = time.Duration(v) * time.Second
 	}
 	return g
 }
@@ -264,11 +286,29 @@ func (d *Daemon) addNet(n NetConfig, path string) error {
 	}
 	for j, ni := range n.NIs {
 		nipath := fmt.Sprintf("%s.%s[%d]", path, keyLocalNIs, j)
-		if err := d.addNI(net, n.Type, ni); err != nil {
-			return &ConfigError{Path: nipath, Msg: err.Error()}
+		for _, one := range splitInterfaces(ni) {
+			if err := d.addNI(net, n.Type, one); err != nil {
+				return &ConfigError{Path: nipath, Msg: err.Error()}
+			}
 		}
 	}
 	return nil
+}
+
+// splitInterfaces turns a local NI with several interfaces and no NID
+// into one NI per interface, as lnetctl net add --if eth0,eth1 does since
+// Multi-Rail (each interface is a rail with its own NID).
+func splitInterfaces(ni NIConfig) []NIConfig {
+	if ni.NID != "" || len(ni.Interfaces) < 2 {
+		return []NIConfig{ni}
+	}
+	out := make([]NIConfig, 0, len(ni.Interfaces))
+	for _, ifc := range ni.Interfaces {
+		one := ni
+		one.Interfaces = []string{ifc}
+		out = append(out, one)
+	}
+	return out
 }
 
 // hasLND reports whether an LND of type t is offered.
@@ -605,6 +645,11 @@ func (d *Daemon) Import(c *Config, del bool) []*OpError {
 			d.peers = slices.DeleteFunc(d.peers, func(x PeerConfig) bool { return x.PrimaryNID == p.PrimaryNID })
 		}
 		d.mu.Unlock()
+		for _, p := range c.Peers {
+			if prim, err := lnetwire.ParseNID(p.PrimaryNID); err == nil {
+				_ = d.in.DelPeerNI(prim, lnetwire.NIDAny) // unknown: nothing to delete
+			}
+		}
 		for _, r := range c.Routes {
 			_ = d.delRoute(r) // a route gone with its net is no error
 		}
@@ -636,6 +681,11 @@ func (d *Daemon) Import(c *Config, del bool) []*OpError {
 		}
 		if err := d.addNet(todo, fmt.Sprintf("net[%d]", i)); err != nil {
 			errs = append(errs, opErr("add", "net", errnoInval, "cannot add network: %v", err))
+		}
+	}
+	for _, p := range c.Peers {
+		if err := d.applyPeer(p); err != nil {
+			errs = append(errs, peerErr("add", "cannot add peer "+p.PrimaryNID, err))
 		}
 	}
 	d.mu.Lock()

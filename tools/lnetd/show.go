@@ -3,7 +3,6 @@ package lnetd
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -90,6 +89,7 @@ type PeerArgs struct {
 	PrimaryNID string   `json:"primary_nid"`
 	NIDs       []string `json:"nids,omitempty"`
 	NonMR      bool     `json:"non_mr,omitempty"`
+	LockPrim   bool     `json:"lock_prim,omitempty"`
 }
 
 // Handle executes one control request. It is the Handler lnetd serves.
@@ -140,6 +140,12 @@ func (d *Daemon) Handle(ctx context.Context, op string, raw json.RawMessage) (an
 			return nil, e
 		}
 		return d.peersDoc(a.NID, a.Verbose)
+	case "peer.set", "net.set":
+		var a HealthArgs
+		if e := dec(&a); e != nil {
+			return nil, e
+		}
+		return nil, d.opHealth(strings.TrimSuffix(op, ".set"), a)
 	case "peer.add", "peer.del":
 		var a PeerArgs
 		if e := dec(&a); e != nil {
@@ -270,65 +276,6 @@ func (d *Daemon) opNetAdd(a NetArgs) *OpError {
 			oe.Errno = -errnoExist
 		}
 		return oe
-	}
-	return nil
-}
-
-func (d *Daemon) opPeer(add bool, a PeerArgs) *OpError {
-	cmd := "del"
-	if add {
-		cmd = "add"
-	}
-	prim, err := lnetwire.ParseNID(a.PrimaryNID)
-	if err != nil {
-		return opErr(cmd, "peer", errnoInval, "bad primary NID %q: %v", a.PrimaryNID, err)
-	}
-	for _, s := range a.NIDs {
-		if _, err := lnetwire.ParseNID(s); err != nil {
-			return opErr(cmd, "peer", errnoInval, "bad NID %q: %v", s, err)
-		}
-	}
-	d.mu.Lock()
-	i := slices.IndexFunc(d.peers, func(p PeerConfig) bool { return p.PrimaryNID == prim.String() })
-	if add {
-		nids := append([]string{prim.String()}, a.NIDs...)
-		if i >= 0 {
-			for _, n := range a.NIDs {
-				if !slices.Contains(d.peers[i].NIDs, n) {
-					d.peers[i].NIDs = append(d.peers[i].NIDs, n)
-				}
-			}
-		} else {
-			d.peers = append(d.peers, PeerConfig{PrimaryNID: prim.String(), MultiRail: !a.NonMR, NIDs: slices.Compact(nids)})
-		}
-		d.mu.Unlock()
-		return nil
-	}
-	var victims []string
-	switch {
-	case i >= 0 && len(a.NIDs) == 0:
-		victims = d.peers[i].NIDs
-		d.peers = slices.Delete(d.peers, i, i+1)
-	case i >= 0:
-		victims = a.NIDs
-		d.peers[i].NIDs = slices.DeleteFunc(d.peers[i].NIDs, func(n string) bool { return slices.Contains(a.NIDs, n) })
-	default:
-		victims = append([]string{prim.String()}, a.NIDs...)
-	}
-	d.mu.Unlock()
-	found := i >= 0
-	for _, s := range victims {
-		nid, _ := lnetwire.ParseNID(s)
-		err := d.in.DelPeer(nid)
-		switch {
-		case err == nil:
-			found = true
-		case errors.Is(err, lnet.ErrBusy):
-			return coreErr("del", "peer", "cannot delete peer "+s, err)
-		}
-	}
-	if !found {
-		return opErr("del", "peer", errnoNoEnt, "cannot delete peer %s: no such peer", prim)
 	}
 	return nil
 }
@@ -491,6 +438,9 @@ func (d *Daemon) netsDoc(filter string, verbose bool) Map {
 		if verbose {
 			m = m.add("statistics", Map{}.add("send_count", inf.SendCount).
 				add("recv_count", inf.RecvCount).add("drop_count", inf.DropCount))
+			if inf.LND != "lo" {
+				m = m.add("health stats", niHealthDoc(inf))
+			}
 			tun := tunablesOf(inf.Tunables)
 			if inf.LND == "lo" {
 				tun = tunablesOf(lnd.Tunables{})
@@ -528,95 +478,6 @@ func (d *Daemon) netsDoc(filter string, verbose bool) Map {
 		nm[1].Value = append(nm[1].Value.(List), m)
 	}
 	return Map{}.add(keyNet, nets)
-}
-
-// peersDoc renders lnetctl peer show [-v] [--nid]. Peer NIs are grouped
-// under the primary NID learned by ping; configured peers without traffic
-// are listed too.
-func (d *Daemon) peersDoc(filter string, verbose bool) (Map, *OpError) {
-	var fnid lnetwire.NID
-	if filter != "" {
-		n, err := lnetwire.ParseNID(filter)
-		if err != nil {
-			return nil, opErr("show", "peer", errnoInval, "bad NID %q: %v", filter, err)
-		}
-		fnid = n
-	}
-	type group struct {
-		prim lnetwire.NID
-		mr   bool
-		nis  List
-		seen map[lnetwire.NID]bool
-	}
-	var groups []*group
-	find := func(prim lnetwire.NID) *group {
-		for _, g := range groups {
-			if g.prim == prim {
-				return g
-			}
-		}
-		g := &group{prim: prim, seen: map[lnetwire.NID]bool{}}
-		groups = append(groups, g)
-		return g
-	}
-	for _, p := range d.in.Peers() {
-		g := find(p.PrimaryNID)
-		g.seen[p.NID] = true
-		m := Map{}.add("nid", p.NID.String()).add("state", p.State)
-		if verbose {
-			m = m.add("max_ni_tx_credits", int64(p.MaxTxCredits)).
-				add("available_tx_credits", int64(p.TxCredits)).
-				add("min_tx_credits", int64(p.MinTxCredits)).
-				add("tx_q_num_of_buf", int64(p.QueueLen)).
-				add("available_rtr_credits", int64(p.RtrCredits)).
-				add("min_rtr_credits", int64(p.MinRtrCredits)).
-				add("refcount", int64(p.Refs))
-			if !p.LastAlive.IsZero() {
-				m = m.add("last_alive", int64(time.Since(p.LastAlive)/time.Second))
-			}
-		}
-		g.nis = append(g.nis, m)
-	}
-	d.mu.Lock()
-	cfgPeers := slices.Clone(d.peers)
-	d.mu.Unlock()
-	for _, pc := range cfgPeers {
-		prim, _ := lnetwire.ParseNID(pc.PrimaryNID)
-		g := find(prim)
-		g.mr = pc.MultiRail
-		for _, s := range pc.NIDs {
-			n, _ := lnetwire.ParseNID(s)
-			if !g.seen[n] {
-				g.seen[n] = true
-				g.nis = append(g.nis, Map{}.add("nid", s).add("state", "NA"))
-			}
-		}
-	}
-	list := List{}
-	for _, g := range groups {
-		if filter != "" && g.prim != fnid && !g.seen[fnid] {
-			continue
-		}
-		m := Map{}.add(keyPrimaryNID, g.prim.String()).add(keyMultiRail, g.mr)
-		if verbose {
-			m = m.add("peer state", int64(0))
-		}
-		list = append(list, m.add(keyPeerNI, g.nis))
-	}
-	if filter != "" && len(list) == 0 {
-		return nil, opErr("show", "peer", errnoNoEnt, "no peer %s (traffic or peer add creates one)", filter)
-	}
-	return Map{}.add("peer", list), nil
-}
-
-// statsDoc renders lnetctl stats show (the lnet_counters_common fields).
-func statsDoc(s lnet.Stats) Map {
-	return Map{}.add("statistics", Map{}.
-		add("msgs_alloc", s.MsgsAlloc).add("msgs_max", s.MsgsMax).add("errors", s.Errors).
-		add("send_count", s.SendCount).add("recv_count", s.RecvCount).
-		add("route_count", s.RouteCount).add("drop_count", s.DropCount).
-		add("send_length", s.SendLength).add("recv_length", s.RecvLength).
-		add("route_length", s.RouteLength).add("drop_length", s.DropLength))
 }
 
 // o2iblndStats renders the RDMA LND counters (softib extension of net

@@ -104,7 +104,6 @@ func TestRoutedSockKeep(t *testing.T) {
 		putGet(t, rs.a, rs.b, size, uint64(10+i))
 		putGet(t, rs.b, rs.a, size, uint64(50+i))
 	}
-	rx, tx, fb := rs.rStats()
 	// Per direction and size ≥ 64 KiB: the PUT, and the GET's REPLY.
 	want := uint64(0)
 	for _, size := range routedSizes {
@@ -112,6 +111,10 @@ func TestRoutedSockKeep(t *testing.T) {
 			want += 4
 		}
 	}
+	// R's writer counts a splice just after it, when B may already have
+	// the message and the test its events.
+	waitFor(t, "R's splice counters", func() bool { _, tx, _ := rs.rStats(); return tx >= want })
+	rx, tx, fb := rs.rStats()
 	if rx != want || tx != want || fb != 0 {
 		t.Errorf("R kept %d payloads, sent %d from pipes, %d fallbacks; want %d, %d, 0", rx, tx, fb, want, want)
 	}
@@ -272,7 +275,7 @@ func TestRoutedSockAllocs(t *testing.T) {
 	rs := newRoutedSock(t, socklnd.BaseConfig())
 	routed := allocsPerPut(t, rs.a, rs.b)
 	rx, tx, _ := rs.rStats()
-	if rx < 120 || tx < 120 {
+	if rx < 100 || tx < 100 { // 120 rounds; the last splices may still be counting
 		t.Fatalf("R spliced %d in, %d out: the rounds did not take the splice path", rx, tx)
 	}
 	t.Logf("allocations per 1 MiB PUT in the process: direct %v, routed %v", direct, routed)

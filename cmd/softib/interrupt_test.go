@@ -231,3 +231,22 @@ func TestCLILnetPingJSON(t *testing.T) {
 		t.Fatalf("exit %d (%v)\n%s%s", code, err, out, errs)
 	}
 }
+
+// TestCLIPerfRunInfinitely: --run_infinitely -D 1 reports a row each
+// second (with --report-both, each QP's too) until Ctrl-C, then exits 130.
+func TestCLIPerfRunInfinitely(t *testing.T) {
+	bin := buildSoftib(t)
+	port := freePort(t)
+	srv := loopaddr.Next().String()
+	_, sout, _ := startProc(t, bin, "write_bw", "--addr", srv, "-p", port, "-q", "2", "--run_infinitely", "-D", "1")
+	waitFor(t, "server", sout, "Waiting for client")
+	cli, cout, cerr := startProc(t, bin, "write_bw", "--addr", loopaddr.Next().String(), "-p", port, "-q", "2",
+		"--run_infinitely", "-D", "1", "--report-both", srv)
+	waitFor(t, "client", cout, "QP 2") // the first interval's per-QP rows
+	if err := cli.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitCode(t, cli); code != exitInterrupted || !strings.Contains(cout.String(), "QP 1") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, cout, cerr)
+	}
+}

@@ -195,6 +195,12 @@ type Config struct {
 	SL uint8
 	// NoPeak is -N: report no peak bandwidth (perftest prints 0.00).
 	NoPeak bool
+	// ReportBoth is --report-both: with -q N, a BW requester also
+	// reports each QP's share (rows with QP set) after the aggregate.
+	ReportBoth bool
+	// RunInfinitely is --run_infinitely: a BW requester reports a row
+	// every Duration (default 5 s) until interrupted.
+	RunInfinitely bool
 	// RDMACM selects -R; it needs CM.
 	RDMACM bool
 	// CM is the RDMA CM connector (nil: -R is refused).

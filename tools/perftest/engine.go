@@ -103,6 +103,8 @@ type Sample struct {
 	Elapsed time.Duration
 	// RTTFactor is 2 for ping-pong latency tests and 1 otherwise.
 	RTTFactor int
+	// PerQP are the messages each QP completed (BW requester).
+	PerQP []uint64
 }
 
 // Completion is a completion event of a BW sample.
@@ -241,6 +243,10 @@ func (e *Engine) BW(ctx context.Context, size, iters int, deadline time.Time) (*
 	s.Iters = uint64(done)
 	if len(s.Completed) > 0 && len(s.Posted) > 0 {
 		s.Elapsed = time.Duration(s.Completed[len(s.Completed)-1].T - s.Posted[0])
+	}
+	s.PerQP = make([]uint64, nq)
+	for qi := range nq {
+		s.PerQP[qi] = uint64(ccnt[qi])
 	}
 	return s, nil
 }

@@ -61,6 +61,8 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) *Flags {
 	both("S", "sl", func(n string) { fs.UintVar(&f.sl, n, 0, "service `level` of the address vectors (0-15)") })
 	both("T", "tos", func(n string) { fs.IntVar(&f.tos, n, -1, "type of service (IP TOS byte) of the packets") })
 	both("N", "noPeak", func(n string) { fs.BoolVar(&cfg.NoPeak, n, false, "report no peak bandwidth (0.00)") })
+	fs.BoolVar(&cfg.ReportBoth, "report-both", false, "with -q N, also report each QP's share (write/read/atomic bw; the client)")
+	fs.BoolVar(&cfg.RunInfinitely, "run_infinitely", false, "report every -D seconds (default 5) until interrupted (write/read/atomic bw)")
 	fs.StringVar(&f.SourceIP, "source_ip", "", "source IP `address` of the exchange connection (default: --addr when given)")
 	fs.BoolVar(&f.OutJSON, "out_json", false, "also write the results as JSON to --out_json_file")
 	fs.StringVar(&f.OutJSONFile, "out_json_file", "", "`file` for --out_json (default perftest_out.json; implies --out_json)")
@@ -126,6 +128,13 @@ func (f *Flags) Finish(args []string) error {
 		return fmt.Errorf("bad -D %d", f.duration)
 	}
 	f.cfg.Duration = time.Duration(f.duration) * time.Second
+	bwOneSided := f.cfg.Test == WriteBW || f.cfg.Test == ReadBW || f.cfg.Test == AtomicBW
+	if (f.cfg.RunInfinitely || f.cfg.ReportBoth) && !bwOneSided {
+		return fmt.Errorf("--run_infinitely and --report-both: only write_bw, read_bw and atomic_bw support them in softib")
+	}
+	if f.cfg.RunInfinitely && f.cfg.Duration == 0 {
+		f.cfg.Duration = 5 * time.Second
+	}
 	switch strings.ToUpper(f.atomic) {
 	case "FETCH_AND_ADD", "":
 		f.cfg.Atomic = FetchAndAdd

@@ -33,6 +33,9 @@ type Row struct {
 	P99      float64 `json:"p99_usec,omitempty"`
 	P999     float64 `json:"p99_9_usec,omitempty"`
 	TPS      float64 `json:"tps_average,omitempty"`
+	// QP is the 1-based QP of a --report-both per-QP row (0: the
+	// aggregate over every QP).
+	QP int `json:"qp,omitempty"`
 }
 
 // Report strings of perftest.

@@ -369,6 +369,15 @@ func run(ctx context.Context, dev verbs.Device, cfg *Config, p *Proto, client bo
 			cfg.OnResult(r)
 		}
 	}
+	// emitQP adds a --report-both per-QP row, printed as a line of its
+	// own under the aggregate.
+	emitQP := func(r Row) {
+		rows = append(rows, r)
+		fmt.Fprintf(cfg.Out, "   QP %-4d  %-10d       %-7.2f            %-7.2f\t\t   %-7.6f\n", r.QP, r.Iters, r.BWPeak, r.BWAvg, r.MsgRate)
+		if cfg.OnResult != nil {
+			cfg.OnResult(r)
+		}
+	}
 	deadline := func() time.Time {
 		if cfg.Duration > 0 {
 			return time.Now().Add(cfg.Duration)
@@ -404,6 +413,20 @@ func run(ctx context.Context, dev verbs.Device, cfg *Config, p *Proto, client bo
 			return finish()
 		}
 		var last Row
+		if cfg.RunInfinitely {
+			// A row every Duration until Ctrl-C: the server's
+			// report exchange never comes.
+			for {
+				s, err := e.BW(ctx, cfg.Size, cfg.Iters, deadline())
+				if err != nil {
+					return rows, err
+				}
+				emit(bwRow(cfg, s))
+				for _, r := range perQPRows(cfg, s) {
+					emitQP(r)
+				}
+			}
+		}
 		for _, size := range cfg.sizes() {
 			s, err := e.BW(ctx, size, cfg.Iters, deadline())
 			if errors.Is(err, ErrInterrupted) {
@@ -415,6 +438,9 @@ func run(ctx context.Context, dev verbs.Device, cfg *Config, p *Proto, client bo
 			}
 			last = bwRow(cfg, s)
 			emit(last)
+			for _, r := range perQPRows(cfg, s) {
+				emitQP(r)
+			}
 		}
 		if err := hs0(); err != nil {
 			return rows, err
@@ -531,4 +557,21 @@ func bwRow(cfg *Config, s *Sample) Row {
 		r.BWPeak = 0
 	}
 	return r
+}
+
+// perQPRows are --report-both's rows: each QP's messages over the
+// sample's time (no peak: the windows are the aggregate's).
+func perQPRows(cfg *Config, s *Sample) []Row {
+	if !cfg.ReportBoth || len(s.PerQP) < 2 {
+		return nil
+	}
+	var rows []Row
+	for qi, n := range s.PerQP {
+		q := *s
+		q.Iters, q.Posted, q.Completed = n, nil, nil
+		r := BWRow(cfg.Test, &q, cfg.ReportGbits)
+		r.BWPeak, r.QP = 0, qi+1
+		rows = append(rows, r)
+	}
+	return rows
 }

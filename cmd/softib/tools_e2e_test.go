@@ -68,6 +68,7 @@ func TestCLIEndToEnd(t *testing.T) {
 		{"rc_pingpong json", func(a []string) int { return runPingpong(pingpong.RC, a) }, []string{"-n", "20", "--json"}},
 		{"perf write_bw", func(a []string) int { return runPerf(perftest.WriteBW, a) }, []string{"-n", "50", "-s", "1000", "-x", "1"}},
 		{"perf send_lat", func(a []string) int { return runPerf(perftest.SendLat, a) }, []string{"-n", "20", "--json"}},
+		{"perf write_lat -U -H", func(a []string) int { return runPerf(perftest.WriteLat, a) }, []string{"-n", "20", "-U", "-H"}},
 		{"perf read_bw", func(a []string) int { return runPerf(perftest.ReadBW, a) }, []string{"-n", "20", "-s", "4096", "--json"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -198,6 +198,9 @@ type Config struct {
 	// ReportBoth is --report-both: with -q N, a BW requester also
 	// reports each QP's share (rows with QP set) after the aggregate.
 	ReportBoth bool
+	// LatUnsorted (-U) prints every latency sample in the order
+	// measured; LatHistogram (-H) prints their histogram.
+	LatUnsorted, LatHistogram bool
 	// RunInfinitely is --run_infinitely: a BW requester reports a row
 	// every Duration (default 5 s) until interrupted.
 	RunInfinitely bool

@@ -61,6 +61,12 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) *Flags {
 	both("S", "sl", func(n string) { fs.UintVar(&f.sl, n, 0, "service `level` of the address vectors (0-15)") })
 	both("T", "tos", func(n string) { fs.IntVar(&f.tos, n, -1, "type of service (IP TOS byte) of the packets") })
 	both("N", "noPeak", func(n string) { fs.BoolVar(&cfg.NoPeak, n, false, "report no peak bandwidth (0.00)") })
+	both("U", "report-unsorted", func(n string) {
+		fs.BoolVar(&cfg.LatUnsorted, n, false, "latency tests: print every sample in the order measured (#, usec)")
+	})
+	both("H", "report-histogram", func(n string) {
+		fs.BoolVar(&cfg.LatHistogram, n, false, "latency tests: print a histogram of the samples (1 usec buckets)")
+	})
 	fs.BoolVar(&cfg.ReportBoth, "report-both", false, "with -q N, also report each QP's share (write/read/atomic bw; the client)")
 	fs.BoolVar(&cfg.RunInfinitely, "run_infinitely", false, "report every -D seconds (default 5) until interrupted (write/read/atomic bw)")
 	fs.StringVar(&f.SourceIP, "source_ip", "", "source IP `address` of the exchange connection (default: --addr when given)")
@@ -131,6 +137,9 @@ func (f *Flags) Finish(args []string) error {
 	bwOneSided := f.cfg.Test == WriteBW || f.cfg.Test == ReadBW || f.cfg.Test == AtomicBW
 	if (f.cfg.RunInfinitely || f.cfg.ReportBoth) && !bwOneSided {
 		return fmt.Errorf("--run_infinitely and --report-both: only write_bw, read_bw and atomic_bw support them in softib")
+	}
+	if (f.cfg.LatUnsorted || f.cfg.LatHistogram) && !f.cfg.Test.IsLat() {
+		return fmt.Errorf("-U and -H: only the latency tests report samples")
 	}
 	if f.cfg.RunInfinitely && f.cfg.Duration == 0 {
 		f.cfg.Duration = 5 * time.Second

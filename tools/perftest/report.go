@@ -284,3 +284,39 @@ func WriteBanner(w io.Writer, b *Banner) {
 	s.WriteString(ResultLine)
 	io.WriteString(w, s.String())
 }
+
+// LatSamples returns a latency sample's per-iteration times in
+// microseconds, in the order they were measured (-U).
+func LatSamples(s *Sample) []float64 {
+	n := len(s.Posted) - 1
+	if n < 1 {
+		return nil
+	}
+	d := make([]float64, n)
+	f := float64(max(s.RTTFactor, 1)) * 1e3
+	for i := range n {
+		d[i] = float64(s.Posted[i+1]-s.Posted[i]) / f
+	}
+	return d
+}
+
+// HistBucket is one bucket of LatHistogram: times in [Usec, Usec+1).
+type HistBucket struct {
+	Usec  int `json:"usec"`
+	Count int `json:"count"`
+}
+
+// LatHistogram counts latencies (microseconds) in 1-µs buckets, the
+// non-empty ones in order (-H).
+func LatHistogram(d []float64) []HistBucket {
+	counts := map[int]int{}
+	for _, v := range d {
+		counts[int(v)]++
+	}
+	var out []HistBucket
+	for u, c := range counts {
+		out = append(out, HistBucket{u, c})
+	}
+	slices.SortFunc(out, func(a, b HistBucket) int { return a.Usec - b.Usec })
+	return out
+}

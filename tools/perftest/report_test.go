@@ -129,3 +129,15 @@ func TestParseTest(t *testing.T) {
 		t.Error("bogus parsed")
 	}
 }
+
+func TestLatSamplesHistogram(t *testing.T) {
+	s := &perftest.Sample{Posted: []int64{0, 2500, 4000, 6200}, RTTFactor: 1}
+	d := perftest.LatSamples(s)
+	if len(d) != 3 || d[0] != 2.5 || d[1] != 1.5 || d[2] != 2.2 {
+		t.Fatalf("samples %v", d)
+	}
+	h := perftest.LatHistogram(d)
+	if len(h) != 2 || h[0] != (perftest.HistBucket{Usec: 1, Count: 1}) || h[1] != (perftest.HistBucket{Usec: 2, Count: 2}) {
+		t.Fatalf("histogram %v", h)
+	}
+}

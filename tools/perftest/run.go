@@ -390,6 +390,27 @@ func run(ctx context.Context, dev verbs.Device, cfg *Config, p *Proto, client bo
 		}
 		return LatRow(t, s)
 	}
+	// emitLat adds a latency row, then -U's unsorted samples and -H's
+	// histogram.
+	emitLat := func(s *Sample) {
+		emit(latRow(s))
+		if !cfg.LatUnsorted && !cfg.LatHistogram {
+			return
+		}
+		d := LatSamples(s)
+		if cfg.LatUnsorted {
+			fmt.Fprintf(cfg.Out, "#, usec\n")
+			for i, v := range d {
+				fmt.Fprintf(cfg.Out, "%d, %.3f\n", i+1, v)
+			}
+		}
+		if cfg.LatHistogram {
+			fmt.Fprintf(cfg.Out, "usec (bucket start, 1 usec wide), count\n")
+			for _, b := range LatHistogram(d) {
+				fmt.Fprintf(cfg.Out, "%d, %d\n", b.Usec, b.Count)
+			}
+		}
+	}
 	finish := func() ([]Row, error) {
 		fmt.Fprint(cfg.Out, ResultLine)
 		return rows, nil
@@ -495,7 +516,7 @@ func run(ctx context.Context, dev verbs.Device, cfg *Config, p *Proto, client bo
 			if err != nil {
 				return rows, err
 			}
-			emit(latRow(s))
+			emitLat(s)
 		}
 		return finish()
 
@@ -511,7 +532,7 @@ func run(ctx context.Context, dev verbs.Device, cfg *Config, p *Proto, client bo
 			if err != nil {
 				return rows, err
 			}
-			emit(latRow(s))
+			emitLat(s)
 		}
 		if err := p.Close(res.Local[0]); err != nil {
 			return rows, err
@@ -530,7 +551,7 @@ func run(ctx context.Context, dev verbs.Device, cfg *Config, p *Proto, client bo
 			if err != nil {
 				return rows, err
 			}
-			emit(latRow(s))
+			emitLat(s)
 		}
 		if err := p.Close(res.Local[0]); err != nil {
 			return rows, err

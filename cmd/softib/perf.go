@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"syscall"
+	"time"
 
 	"softib/tools/devsel"
 	"softib/tools/perftest"
@@ -92,14 +94,25 @@ func runPerf(t perftest.Test, args []string) int {
 	cfg.Out = out
 	ctx, cancel := toolContext()
 	defer cancel()
+	cpu0, wall0 := cpuTime(), time.Now()
 	rows, err := perftest.Run(ctx, d, cfg)
 	interrupted := err != nil && ctx.Err() != nil
+	var cpuPct float64
+	if pf.CPUUtil {
+		cpuPct = 100 * (cpuTime() - cpu0).Seconds() / time.Since(wall0).Seconds()
+		if !*asJSON {
+			fmt.Printf(" CPU Util[%%]: %.2f (this process, user+system over the run's wall time)\n", cpuPct)
+		}
+	}
 	if err != nil && !interrupted {
 		return fail(name, err)
 	}
 	doc := map[string]any{"test": t.String(), "server": cfg.Host == "", "results": rows}
 	if interrupted {
 		doc["interrupted"] = true
+	}
+	if pf.CPUUtil {
+		doc["cpu_util_percent"] = cpuPct
 	}
 	if *asJSON {
 		if err := writeJSON(os.Stdout, doc); err != nil {
@@ -123,5 +136,21 @@ func runPerf(t perftest.Test, args []string) int {
 		fmt.Fprintf(os.Stderr, "softib %s: interrupted\n", name)
 		return exitInterrupted
 	}
+	if pf.LimitBW > 0 && cfg.Host != "" {
+		for _, r := range rows {
+			if r.QP == 0 && r.BWAvg < pf.LimitBW {
+				return fail(name, fmt.Errorf("-w: bandwidth average %.2f %s at %d bytes is below the limit %g", r.BWAvg, r.Unit, r.Bytes, pf.LimitBW))
+			}
+		}
+	}
 	return 0
+}
+
+// cpuTime is this process's user + system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

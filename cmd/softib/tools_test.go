@@ -45,6 +45,10 @@ func TestCLIInputChecks(t *testing.T) {
 		{runPerfDispatch, []string{"write_bw", "-s", "0", nowhere}, 2},
 		{runPerfDispatch, []string{"write_bw", "-n", "0", nowhere}, 2},
 		{runPerfDispatch, []string{"write_bw", "-q", "0", nowhere}, 2},
+		{runPerfDispatch, []string{"write_bw", "--cpu_util", nowhere}, 2}, // needs -D
+		{runPerfDispatch, []string{"write_lat", "-w", "100", nowhere}, 2},
+		{runPerfDispatch, []string{"write_bw", "-U", nowhere}, 2},
+		{runPerfDispatch, []string{"send_bw", "--run_infinitely", nowhere}, 2},
 		{runPerfDispatch, []string{"write_bw", "--addr", loopaddr.Next().String(), "-q", "100000", nowhere}, 1},
 		{func(a []string) int { return runPingpong(pingpong.RC, a) }, []string{"-s", "0", nowhere}, 2},
 		{func(a []string) int { return runPingpong(pingpong.UD, a) }, []string{"-n", "0", nowhere}, 2},

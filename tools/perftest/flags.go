@@ -26,6 +26,12 @@ type Flags struct {
 	// CLI writes the results as JSON to the file (perftest_out.json).
 	OutJSON     bool
 	OutJSONFile string
+	// LimitBW is -w/--limit_bw: the run fails when the bandwidth average
+	// is below it (the row's unit); 0: no check.
+	LimitBW float64
+	// CPUUtil is --cpu_util: report the process's CPU use over the run
+	// (with -D, as perftest).
+	CPUUtil bool
 }
 
 // RegisterFlags adds perftest's flags for cfg to fs.
@@ -67,6 +73,10 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) *Flags {
 	both("H", "report-histogram", func(n string) {
 		fs.BoolVar(&cfg.LatHistogram, n, false, "latency tests: print a histogram of the samples (1 usec buckets)")
 	})
+	both("w", "limit_bw", func(n string) {
+		fs.Float64Var(&f.LimitBW, n, 0, "fail when the bandwidth average is below this `value` (MB/sec, or Gb/sec with --report_gbits)")
+	})
+	fs.BoolVar(&f.CPUUtil, "cpu_util", false, "report this process's CPU use (user+system over wall time, %) with -D")
 	fs.BoolVar(&cfg.ReportBoth, "report-both", false, "with -q N, also report each QP's share (write/read/atomic bw; the client)")
 	fs.BoolVar(&cfg.RunInfinitely, "run_infinitely", false, "report every -D seconds (default 5) until interrupted (write/read/atomic bw)")
 	fs.StringVar(&f.SourceIP, "source_ip", "", "source IP `address` of the exchange connection (default: --addr when given)")
@@ -140,6 +150,12 @@ func (f *Flags) Finish(args []string) error {
 	}
 	if (f.cfg.LatUnsorted || f.cfg.LatHistogram) && !f.cfg.Test.IsLat() {
 		return fmt.Errorf("-U and -H: only the latency tests report samples")
+	}
+	if f.CPUUtil && f.duration == 0 {
+		return fmt.Errorf("--cpu_util: needs -D (a duration run), as perftest's")
+	}
+	if f.LimitBW < 0 || f.LimitBW > 0 && f.cfg.Test.IsLat() {
+		return fmt.Errorf("-w %g: a positive bandwidth limit, for the bw tests", f.LimitBW)
 	}
 	if f.cfg.RunInfinitely && f.cfg.Duration == 0 {
 		f.cfg.Duration = 5 * time.Second

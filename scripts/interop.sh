@@ -98,16 +98,16 @@ suite_pid=
 # perftest -R tools against the real ones, o2iblnd against a minimal
 # o2iblnd peer on the guest's librdmacm (pyverbs), rxe against the guest's
 # rdma_rxe, and softib lnetd against the Lustre 2.17 kernel LNet
-# (interop/lustre: ksocklnd and ko2iblnd), and the iSER target against
-# open-iscsi + ib_iser (storage/iser) and the SRP target against ib_srp
-# (storage/srp). They run only when
+# (interop/lustre: ksocklnd and ko2iblnd), and the iSER and SRP targets
+# against open-iscsi + ib_iser and ib_srp in one boot (interop/storage).
+# They run only when
 # SOFTIB_INTEROP_IMAGE is set, which is why the unit-test run passes over
 # them.
 if [ -z "${INTEROP_CASES:-}" ]; then
 	echo "== interop: Go kernel-interop tests"
 	set +e
 	# 45m: interop/lustre's lnet_selftest tests alone take ~15-20 min under load.
-	go test -count=1 -timeout 45m -run 'Interop' ./rdmacm/ ./tools/rping/ ./tools/perftestcm/ ./lnet/o2iblnd/ ./rxe/ ./ibverbs/ ./interop/lustre/ ./storage/iser/ ./storage/srp/ 2>&1 |
+	go test -count=1 -timeout 45m -run 'Interop' ./rdmacm/ ./tools/rping/ ./tools/perftestcm/ ./lnet/o2iblnd/ ./rxe/ ./ibverbs/ ./interop/lustre/ ./interop/storage/ 2>&1 |
 		tee "$art/go-interop.log" | grep -E '^(ok|FAIL|---|panic)'
 	grc=${PIPESTATUS[0]}
 	# No retry: a package that fails is a failure. (Retries tied to a

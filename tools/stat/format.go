@@ -53,7 +53,7 @@ type QPJSON struct {
 	IfName   string            `json:"ifname"`
 	Port     int               `json:"port"`
 	LQPN     uint32            `json:"lqpn"`
-	QPType   string            `json:"qp-type"`
+	QPType   string            `json:"qp_type"`
 	PID      int               `json:"pid"`
 	Comm     string            `json:"comm"`
 	Counters map[string]uint64 `json:"counters"`

@@ -262,6 +262,7 @@ func (in *Instance) AddNet(nc NetConfig) error {
 	ni.ready = true
 	in.byNID[ni.ni.NID] = ni
 	in.nis = append(in.nis, ni)
+	in.applyUDSPToNILocked(ni) // udsp.go
 	if ni.lo {
 		in.lo = ni
 	}

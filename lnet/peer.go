@@ -260,7 +260,7 @@ func (in *Instance) lpeerLocked(nid lnetwire.NID) *lpeer {
 // newPeerNILocked allocates a peer NI, bound to the first up local NI on
 // its net if there is one.
 func (in *Instance) newPeerNILocked(nid lnetwire.NID) *peer {
-	p := &peer{nid: nid, health: MaxHealthValue}
+	p := &peer{nid: nid, health: MaxHealthValue, selPriority: maxSelPriority}
 	if ni := in.firstNIOnLocked(nid.Net()); ni != nil {
 		in.bindPeerNILocked(p, ni)
 	}
@@ -306,6 +306,7 @@ func (in *Instance) attachPeerNILocked(lp *lpeer, p *peer) {
 			pn.nis = pn.ni0[:0]
 		}
 		pn.net = p.nid.Net()
+		pn.selPriority = maxSelPriority
 		if lp.nets == nil {
 			lp.nets = lp.nets0[:0]
 		}
@@ -325,6 +326,9 @@ func (in *Instance) attachPeerNILocked(lp *lpeer, p *peer) {
 	in.peers[p.nid] = p
 	if lp.isMR() && p.nonMRPref {
 		p.nonMRPref, p.prefNIDs = false, nil
+	}
+	if len(in.mr.udsp) > 0 {
+		in.applyUDSPToPeerNILocked(p)
 	}
 }
 

@@ -44,13 +44,14 @@ const maxSelPriority = ^uint32(0)
 
 // mrState is the instance-wide Multi-Rail state: round-robin counters,
 // per local net selection data, the health counters and recovery
-// (health.go). Guarded by Instance.mu.
+// (health.go) and the UDSP rules (udsp.go). Guarded by Instance.mu.
 type mrState struct {
 	netSeq uint32                     // ln_net_seq
 	nets   map[lnetwire.Net]*localNet // by local net
 	hstats HealthStats                // lnet_counters_health
 	clock  func() time.Time           // time source (tests replace it)
 	rec    recoveryState              // health.go
+	udsp   []*udspRule                // udsp.go, in index order
 }
 
 // localNet is the selection state of one local net (struct lnet_net's

@@ -369,3 +369,67 @@ func TestClassify(t *testing.T) {
 		}
 	}
 }
+
+// TestUDSPSteers: UDSP priorities steer selection after health: a --src
+// rule picks the local NI, a --dst rule the peer NI, a NID pair makes a
+// local NID preferred; deleting the rules brings round robin back.
+func TestUDSPSteers(t *testing.T) {
+	n := lndtest.New(lnetwire.SOCKLND)
+	a := mrNode(t, n, nil, selA1, selA2)
+	b := mrNode(t, n, nil, selB1, selB2)
+	s := newSink(t, b)
+	if err := a.AddPeer(PeerConfig{Primary: selB1, NIDs: []lnetwire.NID{selB2}}); err != nil {
+		t.Fatal(err)
+	}
+	send := func(k int) {
+		t.Helper()
+		for range k {
+			if err := put(t, a, selB1); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := a.AddUDSP(UDSPRule{Src: "10.1.1.[1-5]@tcp", Priority: 0}, -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.AddUDSP(UDSPRule{Dst: "10.1.0.2@tcp", Priority: 1}, -1); err != nil {
+		t.Fatal(err)
+	}
+	send(10)
+	if c := s.count(selB1, selA2); c != 10 {
+		t.Errorf("src A2 + dst B1 rules: counts %v, want all 10 A2→B1", s.got)
+	}
+	// A NID pair: B2 prefers A1; with no other rule, the peer NI that
+	// prefers the local NI chosen wins.
+	if err := a.DelUDSP(-1); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.AddUDSP(UDSPRule{Src: "10.1.0.1@tcp", Dst: "*@tcp", Priority: 0}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if r := a.UDSPs(); len(r) != 1 || r[0].Src != "10.1.0.1@tcp" {
+		t.Fatalf("rules %+v", r)
+	}
+	d, _ := a.PeerOf(selB2)
+	for _, ni := range d.NIs {
+		if len(ni.PrefNIDs) != 1 || ni.PrefNIDs[0] != selA1 {
+			t.Errorf("%v preferred %v, want [%v]", ni.NID, ni.PrefNIDs, selA1)
+		}
+	}
+	if err := a.DelUDSP(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.DelUDSP(0); !errors.Is(err, ErrNoEnt) {
+		t.Errorf("deleting a missing rule: %v", err)
+	}
+	toB2, fromA1 := s.count(selB2, selA1)+s.count(selB2, selA2), s.count(selB1, selA1)+s.count(selB2, selA1)
+	send(10)
+	if s.count(selB2, selA1)+s.count(selB2, selA2) == toB2 || s.count(selB1, selA1)+s.count(selB2, selA1) == fromA1 {
+		t.Errorf("without rules round robin should use A1 and B2 again: %v", s.got)
+	}
+	for _, bad := range []UDSPRule{{Src: "10.1.0.[5-1]@tcp"}, {Dst: "1.2.3@tcp"}, {Rte: "10.0.0.1@tcp"}, {}, {Src: "nonet"}} {
+		if err := a.AddUDSP(bad, -1); !errors.Is(err, ErrInvalid) {
+			t.Errorf("AddUDSP(%+v) = %v, want ErrInvalid", bad, err)
+		}
+	}
+}

@@ -25,6 +25,7 @@ const ctlUsage = `usage: softib lnetctl [--socket PATH] [--json] <object> <actio
   peer show [--nid NID] [-v]
   peer set --nid NID --health VALUE
   net set --nid NID --health VALUE
+  udsp add --src|--dst EXPR --priority P [--idx N]; udsp del --idx N|--all; udsp show [--idx N]
   route add --net NET --gateway NID [--hop N] [--priority N]
   route del --net NET --gateway NID
   route show [--net NET] [--gateway NID] [--hop N] [-v]
@@ -188,6 +189,8 @@ func (c *ctl) run(ctx context.Context, args []string) int {
 		return c.net(ctx, action, rest)
 	case "peer":
 		return c.peer(ctx, action, rest)
+	case "udsp":
+		return c.udsp(ctx, action, rest)
 	case "route":
 		return c.route(ctx, action, rest)
 	case "lnet":
@@ -321,6 +324,44 @@ func (c *ctl) net(ctx context.Context, action string, args []string) int {
 		return c.show(ctx, "net.show", ShowArgs{Net: *netName, Verbose: *v})
 	}
 	return c.usageErr("unknown action %q for net (add, del, show, set)", action)
+}
+
+// udsp is lnetctl udsp add/del/show (lnet/udsp.go).
+func (c *ctl) udsp(ctx context.Context, action string, args []string) int {
+	fs := c.flags("udsp " + action)
+	idx := fs.Int("idx", -1, "rule index")
+	switch action {
+	case "add":
+		src := fs.String("src", "", "local NID or net expression")
+		dst := fs.String("dst", "", "peer NID or net expression")
+		rte := fs.String("rte", "", "router NID expression")
+		prio := fs.Int64("priority", -1, "priority (0 is the highest)")
+		if _, err := parseInterleaved(fs, args); err != nil {
+			return 2
+		}
+		if *prio < 0 || (*src == "" && *dst == "" && *rte == "") {
+			return c.usageErr("udsp add needs --src, --dst or --rte and --priority")
+		}
+		return c.simple(ctx, "udsp.add", UDSPArgs{Src: *src, Dst: *dst, Rte: *rte, Priority: *prio, Idx: *idx})
+	case "del":
+		all := fs.Bool("all", false, "delete every rule")
+		if _, err := parseInterleaved(fs, args); err != nil {
+			return 2
+		}
+		if !*all && *idx < 0 {
+			return c.usageErr("udsp del needs --idx N or --all")
+		}
+		if *all {
+			*idx = -1
+		}
+		return c.simple(ctx, "udsp.del", UDSPArgs{Idx: *idx})
+	case "show", "":
+		if _, err := parseInterleaved(fs, args); err != nil {
+			return 2
+		}
+		return c.show(ctx, "udsp.show", UDSPArgs{Idx: *idx})
+	}
+	return c.usageErr("unknown action %q for udsp (add, del, show)", action)
 }
 
 // setHealth is peer set / net set --health V --nid NID (the value of

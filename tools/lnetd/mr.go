@@ -234,3 +234,52 @@ func statsDoc(s lnet.Stats) Map {
 		add("send_length", s.SendLength).add("recv_length", s.RecvLength).
 		add("route_length", s.RouteLength).add("drop_length", s.DropLength))
 }
+
+// UDSPArgs are the arguments of udsp.add/del/show (lnetctl udsp).
+type UDSPArgs struct {
+	Src      string `json:"src,omitempty"`
+	Dst      string `json:"dst,omitempty"`
+	Rte      string `json:"rte,omitempty"`
+	Priority int64  `json:"priority"`
+	Idx      int    `json:"idx"` // -1: append (add), all (del, show)
+}
+
+// opUDSP is udsp.add and udsp.del.
+func (d *Daemon) opUDSP(add bool, a UDSPArgs) *OpError {
+	if add {
+		if a.Priority < 0 || a.Priority > int64(^uint32(0)>>1) {
+			return opErr("add", "udsp", errnoInval, "priority %d out of range", a.Priority)
+		}
+		if err := d.in.AddUDSP(lnet.UDSPRule{Src: a.Src, Dst: a.Dst, Rte: a.Rte, Priority: uint32(a.Priority)}, a.Idx); err != nil {
+			return coreErr("add", "udsp", "cannot add udsp", err)
+		}
+		return nil
+	}
+	if err := d.in.DelUDSP(a.Idx); err != nil {
+		return coreErr("del", "udsp", "cannot delete udsp", err)
+	}
+	return nil
+}
+
+// udspDoc renders lnetctl udsp show [--idx n] as liblnetconfig does.
+func (d *Daemon) udspDoc(idx int) (Map, *OpError) {
+	rules := d.in.UDSPs()
+	list := List{}
+	for i, r := range rules {
+		if idx >= 0 && i != idx {
+			continue
+		}
+		m := Map{}.add("idx", int64(i))
+		if r.Src != "" {
+			m = m.add("src", r.Src)
+		}
+		if r.Dst != "" {
+			m = m.add("dst", r.Dst)
+		}
+		list = append(list, m.add("action", Map{}.add("priority", int64(r.Priority))))
+	}
+	if idx >= 0 && len(list) == 0 {
+		return nil, opErr("show", "udsp", errnoNoEnt, "no udsp %d", idx)
+	}
+	return Map{}.add("udsp", list), nil
+}

@@ -82,3 +82,26 @@ func TestPeerHealthCommands(t *testing.T) {
 		t.Errorf("globals %+v", g)
 	}
 }
+
+// TestUDSPCommands: lnetctl udsp add/show/del with liblnetconfig's keys.
+func TestUDSPCommands(t *testing.T) {
+	a := startInproc(t, testIP(), freePort(t), "")
+	ctlOK(t, a.sock, "udsp", "add", "--src", "tcp", "--priority", "3")
+	ctlOK(t, a.sock, "udsp", "add", "--dst", "10.1.9.[1-3]@tcp", "--priority", "0", "--idx", "0")
+	u := ctlDoc(t, a.sock, "udsp", "show")
+	if u.Path("udsp", 0, "dst") != "10.1.9.[1-3]@tcp" || u.Path("udsp", 1, "src") != "tcp" ||
+		u.Path("udsp", 1, "action", "priority") != int64(3) || u.Path("udsp", 1, "idx") != int64(1) {
+		t.Fatalf("udsp show:\n%s", YAML(u))
+	}
+	if code, _, errs := ctlRun(t, a.sock, "udsp", "add", "--rte", "10.1.9.1@tcp", "--priority", "1"); code != 1 || !strings.Contains(errs, "errno: -22") {
+		t.Errorf("--rte: %d %q", code, errs)
+	}
+	ctlOK(t, a.sock, "udsp", "del", "--idx", "0")
+	if u := ctlDoc(t, a.sock, "udsp", "show"); u.Path("udsp", 0, "src") != "tcp" {
+		t.Errorf("after del --idx 0:\n%s", YAML(u))
+	}
+	ctlOK(t, a.sock, "udsp", "del", "--all")
+	if code, _, errs := ctlRun(t, a.sock, "udsp", "show", "--idx", "0"); code != 1 || !strings.Contains(errs, "errno: -2") {
+		t.Errorf("show of a deleted rule: %d %q", code, errs)
+	}
+}

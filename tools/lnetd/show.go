@@ -140,6 +140,15 @@ func (d *Daemon) Handle(ctx context.Context, op string, raw json.RawMessage) (an
 			return nil, e
 		}
 		return d.peersDoc(a.NID, a.Verbose)
+	case "udsp.add", "udsp.del", "udsp.show":
+		a := UDSPArgs{Idx: -1}
+		if e := dec(&a); e != nil {
+			return nil, e
+		}
+		if op == "udsp.show" {
+			return d.udspDoc(a.Idx)
+		}
+		return nil, d.opUDSP(op == "udsp.add", a)
 	case "peer.set", "net.set":
 		var a HealthArgs
 		if e := dec(&a); e != nil {

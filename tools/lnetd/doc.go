@@ -75,10 +75,16 @@
 // route's state and type. "routing: enable: 1" (lnetctl set routing 1)
 // makes the node forward between its nets with the router buffers of
 // "buffers:" (tiny/small/large; lnetctl routing show) and the NIs'
-// peer_buffer_credits. Configured peers are stored, shown and exported;
-// the peer table is built from traffic. Of the globals,
-// transaction_timeout, max_intf, response_tracking and drop_asym_route
-// drive the LNet core; the others are stored and reported.
+// peer_buffer_credits. Configured peers ("peer:", lnetctl peer add) are
+// Multi-Rail peers of the core (lnet/peer.go) unless Multi-Rail: False;
+// traffic and discovery add more; peer show -v prints each peer NI's
+// credits, statistics and health. Of the globals, transaction_timeout,
+// max_intf, response_tracking, drop_asym_route, retry_count,
+// health_sensitivity, recovery_interval, recovery_limit and
+// max_recovery_ping_interval drive the LNet core (discovery: see
+// discover); numa_range has nothing to choose on one NUMA node and
+// router_sensitivity is stored and reported, as Lustre 2.17 does with it.
+// lnetctl udsp add/del/show set selection priorities (lnet/udsp.go).
 //
 // softib extensions, all under "global:":
 //

@@ -65,4 +65,14 @@
 // by then the MD is unlinked and, when idle, reports an UNLINK event with
 // Status ErrTimeout (Globals.ResponseTracking selects GET, PUT, both or
 // none).
+//
+// Multi-Rail: a node may have several NIs on one net and on several nets;
+// a peer (AddPeer, discovery, or traffic) may have several NIDs
+// (peer.go). Sends to a Multi-Rail peer choose among its NIs and ours by
+// health, UDSP priority (AddUDSP), credits and round robin; a
+// non-Multi-Rail peer keeps the NID asked for and the source NID it first
+// saw (select.go). A send that fails is resent on another path up to
+// Globals.RetryCount times within Globals.TransactionTimeout, the
+// failing NI's or peer NI's health drops and recovery pings restore it
+// (health.go); the SEND event reports only the last try's outcome.
 package lnet

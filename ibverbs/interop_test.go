@@ -78,6 +78,8 @@ func TestInteropIBVerbs(t *testing.T) {
 	// kernel's rxe0 through libibverbs, the host's is pure Go.
 	host, guest := v.HostIP(), v.GuestIP()
 	const port = 18515
+	t.Run("lnet o2ib", func(t *testing.T) { lnetO2IB(ctx, t, v, hostBin) })
+
 	for _, tc := range []struct {
 		name, args string
 		want       string
@@ -215,4 +217,92 @@ func (s *syncBuf) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// lnetO2IB runs softib lnetd with an o2ib NI on both sides: in the guest on
+// the kernel's rxe0 ($SOFTIB_PROVIDER=ibverbs: the kernel's RDMA CM and
+// verbs), on the host on softib's pure-Go stack; lnetctl ping both ways,
+// then lst brw write and read 1 MiB with check=full driven from each side.
+func lnetO2IB(ctx context.Context, t *testing.T, v *vm.VM, hostBin string) {
+	host, guest := v.HostIP(), v.GuestIP()
+	cfg := func(ip string) string {
+		return "net:\n    - net type: o2ib\n      local NI(s):\n        - interfaces:\n              0: " + ip + "\n"
+	}
+	dir := t.TempDir()
+	hcfg, hsock := filepath.Join(dir, "lnet.yaml"), filepath.Join(dir, "lnetd.sock")
+	if err := os.WriteFile(hcfg, []byte(cfg(host)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var hlog syncBuf
+	hd := v.Command(ctx, hostBin, "lnetd", "--config", hcfg, "--socket", hsock)
+	hd.Stdout, hd.Stderr = &hlog, &hlog
+	if err := hd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	hdone := make(chan struct{})
+	go func() { _ = hd.Wait(); close(hdone) }()
+	defer func() {
+		_ = hd.Process.Kill()
+		<-hdone
+		t.Logf("host lnetd log:\n%s", hlog.String())
+	}()
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(hlog.String(), "lnetd: ready"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("host lnetd not ready:\n%s", hlog.String())
+		}
+		select {
+		case <-hdone:
+			t.Fatalf("host lnetd exited:\n%s", hlog.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	gbin := "SOFTIB_PROVIDER=ibverbs /mnt/jobs/softib-ibverbs"
+	gjob, err := v.Go("lnetd-ibverbs", fmt.Sprintf("printf %q >/tmp/lnet.yaml\n%s lnetd --config /tmp/lnet.yaml --socket /tmp/lnetd.sock >/tmp/lnetd.out 2>&1 &\npid=$!\n"+
+		"while kill -0 $pid 2>/dev/null && ! grep -q 'lnetd: ready' /tmp/lnetd.out; do nap 0.05; done; mark ready\nwait $pid\ncat /tmp/lnetd.out\n", cfg(guest), gbin), 8*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		r, _ := v.Run(ctx, "lnetd-log", "cat /tmp/lnetd.out; rdma res show cm_id 2>&1", time.Minute)
+		t.Logf("guest lnetd (ibverbs on rxe0) log and the kernel's cm_ids:\n%s%s", r.Stdout, r.Stderr)
+		gjob.Kill()
+		_, _ = gjob.Wait(ctx)
+	}()
+	if err := gjob.WaitMarker(ctx, "ready"); err != nil {
+		t.Fatalf("guest lnetd not ready: %v", err)
+	}
+	hostCtl := func(args ...string) string {
+		t.Helper()
+		c := v.Command(ctx, hostBin, args...)
+		out, err := c.CombinedOutput()
+		if err != nil {
+			t.Fatalf("host softib %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	guestCtl := func(args string) string {
+		t.Helper()
+		r, err := v.Run(ctx, "lnetctl-ibverbs", gbin+" "+args, 3*time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Code != 0 {
+			t.Fatalf("guest softib %s: exit %d\n%s%s", args, r.Code, r.Stdout, r.Stderr)
+		}
+		return r.Stdout
+	}
+	hnid, gnid := host+"@o2ib", guest+"@o2ib"
+	if out := hostCtl("lnetctl", "--socket", hsock, "ping", "--timeout", "30", gnid); !strings.Contains(out, "nid: "+gnid) {
+		t.Fatalf("host ping of %s:\n%s", gnid, out)
+	}
+	if out := guestCtl("lnetctl --socket /tmp/lnetd.sock ping --timeout 30 " + hnid); !strings.Contains(out, "nid: "+hnid) {
+		t.Fatalf("guest ping of %s:\n%s", hnid, out)
+	}
+	for _, op := range []string{"write", "read"} {
+		spec := fmt.Sprintf("brw %s size=1M check=full --seconds 5", op)
+		out := hostCtl(append([]string{"lst", "quick", "--socket", hsock, "--from", hnid, "--to", gnid}, strings.Fields(spec)...)...)
+		t.Logf("host console, %s:\n%s", spec, out)
+		out = guestCtl("lst quick --socket /tmp/lnetd.sock --from " + gnid + " --to " + hnid + " " + spec)
+		t.Logf("guest console, %s:\n%s", spec, out)
+	}
 }

@@ -406,7 +406,12 @@ func (d *Daemon) addNI(net lnetwire.Net, netType string, ni NIConfig) error {
 		if svc == 0 {
 			svc = o2iblnd.DefaultService
 		}
-		attrs = append(attrs, "rxe", rdma.dev.Name(), "roce", rdma.dev.(*rxe.Device).Addr().String(), "service", svc)
+		if rd, ok := rdma.dev.(*rxe.Device); ok {
+			attrs = append(attrs, "rxe", rd.Name(), "roce", rd.Addr().String())
+		} else {
+			attrs = append(attrs, "device", rdma.dev.Name()) // a kernel RDMA device ($SOFTIB_PROVIDER)
+		}
+		attrs = append(attrs, "service", svc)
 	}
 	d.log.Info("lnetd: NI up", attrs...)
 	return nil

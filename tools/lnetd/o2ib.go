@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -46,6 +47,9 @@ func openO2IB(ni NIConfig, lt Settings) (o2iblnd.Config, *rdmaNI, error) {
 	if err != nil {
 		return o2iblnd.Config{}, nil, err
 	}
+	if p := os.Getenv(devsel.EnvProvider); p != "" && p != "rxe" {
+		return openKernelO2IB(p, addr, lt)
+	}
 	name := fmt.Sprintf("rxe_lnetd%d", rxeSeq.Add(1)-1)
 	// rxe's defaults (UDP GRO on: bulk RDMA is what an LND moves);
 	// --pcap captures it (observe.go in tools/devsel).
@@ -69,6 +73,30 @@ func openO2IB(ni NIConfig, lt Settings) (o2iblnd.Config, *rdmaNI, error) {
 	}
 	// softib stat/res and --metrics see the device.
 	devsel.Observe(dev) // an rxe device: no error
+	c := o2ibConfig(lt)
+	c.CM = m
+	return c, &rdmaNI{dev: dev, cm: m}, nil
+}
+
+// openKernelO2IB opens the kernel RDMA device whose GID table holds addr
+// through provider (ibverbs: $SOFTIB_PROVIDER=ibverbs in a build with -tags
+// ibverbs), with the kernel's RDMA CM over it.
+func openKernelO2IB(provider string, addr netip.Addr, lt Settings) (o2iblnd.Config, *rdmaNI, error) {
+	dc := verbs.DeviceConfig{Provider: provider, Addr: addr}
+	if err := devsel.CaptureConfig(&dc); err != nil {
+		return o2iblnd.Config{}, nil, err
+	}
+	dev, err := verbs.Open(dc)
+	if err != nil {
+		return o2iblnd.Config{}, nil, fmt.Errorf("%s device for %v ($%s): %w", provider, addr, devsel.EnvProvider, err)
+	}
+	m := rdmacm.NewManager(rdmacm.Config{})
+	if err := m.AddDevice(dev); err != nil {
+		m.Close()
+		dev.Close()
+		return o2iblnd.Config{}, nil, fmt.Errorf("RDMA CM on %s: %w", dev.Name(), err)
+	}
+	devsel.Observe(dev)
 	c := o2ibConfig(lt)
 	c.CM = m
 	return c, &rdmaNI{dev: dev, cm: m}, nil

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"softib/internal/e2etest"
 	"softib/internal/netns"
 	"softib/rxe"
-	"softib/udp"
 	"softib/verbs"
 )
 
@@ -35,13 +35,8 @@ func TestNetnsNetem(t *testing.T) {
 				if v6 {
 					addr = n.Addr6
 				}
-				var s *udp.Socket
-				if err := n.Do(func() (err error) {
-					s, err = udp.Listen(netip.AddrPortFrom(addr, rxe.RoCEv2Port), &udp.Config{DisableGRO: true})
-					return err
-				}); err != nil {
-					t.Fatal(err)
-				}
+				// The default socket configuration (GRO on), as Open makes it.
+				s := e2etest.ListenUDP(t, n.Do, netip.AddrPortFrom(addr, rxe.RoCEv2Port))
 				return openDev(t, rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: addr, NetMTU: n.MTU}, Conn: s})
 			}
 			da, db := open(p.A), open(p.B)

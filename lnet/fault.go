@@ -13,7 +13,8 @@ package lnet
 // and resend handle it as a real failure of that class.
 //
 // Hooks: parse (recv.go) calls faultDropRxLocked before it looks at a
-// message and faultDelayRxLocked before it delivers one addressed to us;
+// message and faultDelayRxLocked before it delivers one addressed to us
+// (a held message is received as delayed, after the driver's EagerRecv);
 // postSendLocked (msg.go) calls faultTxLocked when a message got its
 // credits; stopNI calls faultFlushNI. With no rules each hook is one
 // length test.
@@ -446,31 +447,59 @@ func (in *Instance) faultDropRxLocked(h *lnetwire.Header, ni *netIface) bool {
 	return false
 }
 
-// faultDelayLocked is lnet_delay_rule_match_locked: when a delay rule
-// takes m, it is held on the rule until its latency passes.
-func (in *Instance) faultDelayLocked(m *message) bool {
+// faultDelayRuleLocked is lnet_delay_rule_match_locked's matching: the
+// delay rule that takes m (counted), or nil.
+func (in *Instance) faultDelayRuleLocked(m *message) *faultRule {
 	if len(in.fault.delay) == 0 {
-		return false
+		return nil
 	}
 	for _, fr := range in.fault.delay {
-		if !fr.match(&m.Hdr, lnetwire.NIDAny) || !in.fault.fireLocked(fr, m.Hdr.Type) {
-			continue
+		if fr.match(&m.Hdr, lnetwire.NIDAny) && in.fault.fireLocked(fr, m.Hdr.Type) {
+			return fr
 		}
-		m.faultAt = in.fault.now().Add(fr.Latency)
-		m.faultHeld = true
-		fr.held.push(m)
-		if fr.timer == nil {
-			fr.timer = time.AfterFunc(fr.Latency, func() { in.faultRelease(fr) })
-		} else if fr.held.n == 1 {
-			fr.timer.Reset(fr.Latency)
-		}
-		return true
 	}
-	return false
+	return nil
 }
 
-// faultDelayRxLocked holds back a received message addressed to us.
-func (in *Instance) faultDelayRxLocked(m *message) bool { return in.faultDelayLocked(m) }
+// faultHoldLocked puts m on fr's queue until its latency passes.
+func (in *Instance) faultHoldLocked(fr *faultRule, m *message) {
+	m.faultAt = in.fault.now().Add(fr.Latency)
+	m.faultHeld = true
+	fr.held.push(m)
+	if fr.timer == nil {
+		fr.timer = time.AfterFunc(fr.Latency, func() { in.faultRelease(fr) })
+	} else if fr.held.n == 1 {
+		fr.timer.Reset(fr.Latency)
+	}
+}
+
+// faultDelayRxLocked holds back a received message addressed to us when
+// a delay rule takes it, and then unlocks (it returns false, still
+// locked, otherwise). The driver first gets the chance to copy the
+// payload aside (EagerRecv), as for a lazy portal: a sender may complete
+// as soon as Parse returns.
+func (in *Instance) faultDelayRxLocked(m *message) bool {
+	fr := in.faultDelayRuleLocked(m)
+	if fr == nil {
+		return false
+	}
+	if er, ok := m.ni.drv.(lnd.EagerReceiver); ok {
+		ni := m.ni
+		ni.calls.Add(1)
+		in.mu.Unlock()
+		np, err := er.EagerRecv(m.private, &m.Msg)
+		ni.calls.Done()
+		in.mu.Lock()
+		if err != nil || ni.down {
+			_ = in.dropMsgLocked(m) // unlocks
+			return true
+		}
+		m.private = np
+	}
+	in.faultHoldLocked(fr, m)
+	in.mu.Unlock()
+	return true
+}
 
 // faultTxLocked is the send-side hook, for a message that got its
 // credits: a health-error drop rule fails it (sendFail), a delay rule
@@ -528,7 +557,12 @@ func (in *Instance) faultDelayTxLocked(m *message) bool {
 	if m.faultHeld || m.ni.lo {
 		return false // once per message; loopback is not a network
 	}
-	return in.faultDelayLocked(m)
+	fr := in.faultDelayRuleLocked(m)
+	if fr == nil {
+		return false
+	}
+	in.faultHoldLocked(fr, m)
+	return true
 }
 
 // faultRelease sends on (or delivers) a rule's messages whose latency

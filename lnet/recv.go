@@ -161,8 +161,7 @@ func (in *Instance) parse(lni *lnd.NI, hdr *lnetwire.Header, from lnetwire.NID, 
 		RLength:   rlen,
 	}
 	m.hasEvent = true
-	if in.faultDelayRxLocked(m) { // fault.go: held, then parseLocalLocked
-		in.mu.Unlock()
+	if in.faultDelayRxLocked(m) { // fault.go: held (and unlocked), then parseLocalLocked
 		return nil
 	}
 	return in.parseLocalLocked(m)
@@ -173,7 +172,7 @@ func (in *Instance) parse(lni *lnd.NI, hdr *lnetwire.Header, from lnetwire.NID, 
 func (in *Instance) parseLocalLocked(m *message) error {
 	switch m.Hdr.Type {
 	case lnetwire.MsgPUT:
-		return in.parsePutLocked(m, false)
+		return in.parsePutLocked(m, m.faultHeld) // a held message had its EagerRecv
 	case lnetwire.MsgGET:
 		return in.parseGetLocked(m)
 	case lnetwire.MsgREPLY:
@@ -209,7 +208,7 @@ func (in *Instance) recvLocked(m *message, delayed bool, dst lnd.IOV) {
 	ni := m.ni
 	ni.calls.Add(1)
 	in.mu.Unlock()
-	in.recvNow(m, ni, delayed, dst)
+	in.recvNow(m, ni, delayed || m.faultHeld, dst) // fault.go held it: a delayed receive
 }
 
 func (in *Instance) recvNow(m *message, ni *netIface, delayed bool, dst lnd.IOV) {

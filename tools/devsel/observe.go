@@ -40,12 +40,35 @@ type observer struct {
 // RegisterObserve adds --pcap and --metrics to fs (Options.Register
 // calls it).
 func RegisterObserve(fs *flag.FlagSet) {
+	// fs.Var, not fs.StringVar: StringVar writes the default into the
+	// shared observer at registration, a data race when two tools run in
+	// one process (the CLI tests run a server and a client side by side).
 	if fs.Lookup("pcap") == nil {
-		fs.StringVar(&obs.pcapPath, "pcap", "", "write every RoCE packet the device sends and receives to this pcap `file` (Wireshark decodes it as RoCE)")
+		fs.Var(obsString{&obs.pcapPath}, "pcap", "write every RoCE packet the device sends and receives to this pcap `file` (Wireshark decodes it as RoCE)")
 	}
 	if fs.Lookup("metrics") == nil {
-		fs.StringVar(&obs.metricsAddr, "metrics", "", "serve Prometheus metrics on `host:port` (/metrics): device, QP and CQ counters")
+		fs.Var(obsString{&obs.metricsAddr}, "metrics", "serve Prometheus metrics on `host:port` (/metrics): device, QP and CQ counters")
 	}
+}
+
+// obsString is a flag.Value setting one of the observer's strings under
+// its lock.
+type obsString struct{ p *string }
+
+func (v obsString) String() string {
+	if v.p == nil {
+		return ""
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	return *v.p
+}
+
+func (v obsString) Set(s string) error {
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	*v.p = s
+	return nil
 }
 
 // lockedWriter is one device's view of the shared capture file: it

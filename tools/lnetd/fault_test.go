@@ -153,6 +153,14 @@ func TestFaultCommands(t *testing.T) {
 		t.Fatalf("fault delay show:\n%s", YAML(doc))
 	}
 	ctlOK(t, a.sock, "fault", "delay", "del", "--all")
+	// On the receiving side (socklnd holds the received PUT, then
+	// delivers it as a delayed receive).
+	ctlOK(t, b.sock, "fault", "delay", "add", "-s", a.nid, "-d", b.nid, "-m", "PUT", "-r", "1", "-l", "1")
+	ctlOK(t, a.sock, "test", "put", "--nid", b.nid, "--size", "5000", "--count", "2")
+	if d := ctlDoc(t, b.sock, "fault", "delay", "show"); d.Path("fault", 0, "ls_delayed") != int64(2) || d.Path("fault", 0, "fs_put") != int64(2) {
+		t.Fatalf("B fault delay show:\n%s", YAML(d))
+	}
+	ctlOK(t, b.sock, "fault", "delay", "del", "-s", a.nid, "-d", b.nid)
 
 	for _, c := range []struct {
 		args []string

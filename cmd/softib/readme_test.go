@@ -87,6 +87,7 @@ func TestREADMECommands(t *testing.T) {
 	type bgProc struct {
 		line   string
 		server bool
+		ended  bool // its exit was checked
 		cmd    *exec.Cmd
 		out    *lockedBuf
 		done   chan error
@@ -145,9 +146,10 @@ func TestREADMECommands(t *testing.T) {
 		}
 		// The servers this command was a client of end by themselves.
 		for _, p := range bgs {
-			if !p.server || p.cmd.ProcessState != nil {
+			if !p.server || p.ended {
 				continue
 			}
+			p.ended = true
 			select {
 			case err := <-p.done:
 				p.done <- err // for the cleanup

@@ -58,6 +58,19 @@ func Devices() ([]DeviceInfo, error) {
 	return out, nil
 }
 
+// DeviceNames lists the kernel's RDMA devices (verbs.Lister).
+func (provider) DeviceNames() ([]string, error) {
+	devs, err := Devices()
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(devs))
+	for i, d := range devs {
+		names[i] = d.Name
+	}
+	return names, nil
+}
+
 // Open opens the device cfg names (cfg.Name), else the device whose GID
 // table holds cfg.Addr, else the first device.
 func (provider) Open(cfg verbs.DeviceConfig) (verbs.Device, error) {

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -78,6 +80,17 @@ func TestInteropIBVerbs(t *testing.T) {
 	// kernel's rxe0 through libibverbs, the host's is pure Go.
 	host, guest := v.HostIP(), v.GuestIP()
 	const port = 18515
+	t.Run("devinfo", func(t *testing.T) {
+		r, err := v.Run(ctx, "devinfo-ibverbs", "/mnt/jobs/softib-ibverbs devinfo --provider ibverbs -v", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Log(r.Stdout + r.Stderr)
+		if r.Code != 0 || !strings.Contains(r.Stdout, "hca_id:\trxe0") || !strings.Contains(r.Stdout, "PORT_ACTIVE") {
+			t.Fatalf("devinfo --provider ibverbs did not list rxe0 with an active port (exit %d)", r.Code)
+		}
+	})
+	t.Run("overhead vs C perftest", func(t *testing.T) { overhead(ctx, t, v) })
 	t.Run("lnet o2ib", func(t *testing.T) { lnetO2IB(ctx, t, v, hostBin) })
 
 	for _, tc := range []struct {
@@ -305,4 +318,34 @@ func lnetO2IB(ctx context.Context, t *testing.T, v *vm.VM, hostBin string) {
 		out = guestCtl("lst quick --socket /tmp/lnetd.sock --from " + gnid + " --to " + hnid + " " + spec)
 		t.Logf("guest console, %s:\n%s", spec, out)
 	}
+}
+
+// overhead measures what the Go side of the provider costs: perftest's C
+// ib_write_bw and softib's perf write_bw, each as server and client on the
+// guest's rxe0 (loopback through the kernel), back to back in one guest.
+// The guest is emulated (TCG), so only the ratio means anything; the
+// figures go to the log for BENCHMARKS.md.
+func overhead(ctx context.Context, t *testing.T, v *vm.VM) {
+	ip := v.GuestIP()
+	bw := regexp.MustCompile(`(?m)^\s*65536\s+\d+\s+[\d.]+\s+([\d.]+)`)
+	run := func(name, server, client string) float64 {
+		t.Helper()
+		script := fmt.Sprintf("%s >/tmp/bw.srv 2>&1 &\npid=$!\nwait_listen 18515 $pid\n%s\nrc=$?\nwait $pid\ncat /tmp/bw.srv >&2\nexit $rc\n", server, client)
+		r, err := v.Run(ctx, name, script, 3*time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := bw.FindStringSubmatch(r.Stdout)
+		if r.Code != 0 || m == nil {
+			t.Fatalf("%s: exit %d, no result row:\n%s%s", name, r.Code, r.Stdout, r.Stderr)
+		}
+		f, _ := strconv.ParseFloat(m[1], 64)
+		t.Logf("%s: %s MB/s\n%s", name, m[1], r.Stdout)
+		return f
+	}
+	const args = "-s 65536 -n 2000"
+	c := run("C ib_write_bw", "ib_write_bw -d rxe0 -x 1 "+args, "ib_write_bw -d rxe0 -x 1 "+args+" "+ip)
+	g := run("softib perf write_bw (ibverbs)", "SOFTIB_PROVIDER=ibverbs /mnt/jobs/softib-ibverbs perf write_bw -d rxe0 -x 1 "+args,
+		"SOFTIB_PROVIDER=ibverbs /mnt/jobs/softib-ibverbs perf write_bw -d rxe0 -x 1 "+args+" "+ip)
+	t.Logf("FIGURE ibverbs-overhead: rxe0 loopback write_bw 64 KiB: C perftest %.2f MB/s, softib over libibverbs %.2f MB/s, ratio %.2f", c, g, g/c)
 }

@@ -350,3 +350,7 @@ func (id *ID) kernelCreateQP(pd verbs.PD, attr *verbs.QPInitAttr) (verbs.QP, err
 	}
 	return qp, nil
 }
+
+// The librdmacm backend (kernel_ibverbs.go, build tag ibverbs) delivers
+// its events through kernelEvent; the default build has no caller.
+var _ = (*ID).kernelEvent

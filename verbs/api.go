@@ -188,6 +188,29 @@ func Providers() []string {
 	return names
 }
 
+// Lister is implemented by providers whose devices exist apart from the
+// process (a kernel's RDMA devices), so that tools can list them as
+// ibv_devices does. softib's Soft-RoCE devices exist only once opened.
+type Lister interface {
+	DeviceNames() ([]string, error)
+}
+
+// DeviceNames lists the devices of the named provider, or ErrNotSupported
+// when it has no standing devices to list.
+func DeviceNames(provider string) ([]string, error) {
+	providersMu.Lock()
+	p, ok := providers[provider]
+	providersMu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrNoProvider, provider)
+	}
+	l, ok := p.(Lister)
+	if !ok {
+		return nil, fmt.Errorf("%w: provider %q has no standing devices to list", ErrNotSupported, provider)
+	}
+	return l.DeviceNames()
+}
+
 // Open opens a device with the provider cfg.Provider names (the first
 // registered one when empty).
 func Open(cfg DeviceConfig) (Device, error) {

@@ -250,3 +250,31 @@ func TestCLIPerfRunInfinitely(t *testing.T) {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, cout, cerr)
 	}
 }
+
+// TestCLILnetctlDebugRecovery: an NI whose health is set below 1000 is
+// listed by debug recovery, in Lustre's shape.
+func TestCLILnetctlDebugRecovery(t *testing.T) {
+	bin := buildSoftib(t)
+	ip, peer := loopaddr.Next().String(), loopaddr.Next().String()
+	_, sock := startLnetd(t, bin, ip, freePort(t))
+	ctl := func(args ...string) string {
+		t.Helper()
+		code, out, errs := runBin(t, bin, append([]string{"lnetctl", "--socket", sock}, args...)...)
+		if code != 0 {
+			t.Fatalf("lnetctl %v: exit %d\n%s%s", args, code, out, errs)
+		}
+		return out
+	}
+	if out := ctl("debug", "recovery", "--local"); strings.Contains(out, "nid-0") {
+		t.Fatalf("healthy NI in recovery:\n%s", out)
+	}
+	ctl("net", "set", "--nid", ip+"@tcp", "--health", "500")
+	if out := ctl("debug", "recovery", "--local"); !strings.Contains(out, "local NI recovery:") || !strings.Contains(out, "nid-0: "+ip+"@tcp") {
+		t.Fatalf("debug recovery --local:\n%s", out)
+	}
+	ctl("peer", "add", "--prim_nid", peer+"@tcp")
+	ctl("peer", "set", "--nid", peer+"@tcp", "--health", "100")
+	if out := ctl("debug", "recovery", "--peer"); !strings.Contains(out, "peer NI recovery:") || !strings.Contains(out, "nid-0: "+peer+"@tcp") {
+		t.Fatalf("debug recovery --peer:\n%s", out)
+	}
+}

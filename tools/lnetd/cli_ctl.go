@@ -32,6 +32,7 @@ const ctlUsage = `usage: softib lnetctl [--socket PATH] [--json] <object> <actio
   routing show
   ping NID... [--timeout 5] [--source NID]
   lnet configure | unconfigure   (unconfigure: every net but lo is deleted)
+  debug recovery --local | --peer   (NIs whose health is below 1000)
   discover [--force] NID...
   discover --primary NID...      (LNetPrimaryNID of each NID; softib)
   fault drop add -s SRC -d DST -r RATE|-i SECS [-p PORTAL] [-m PUT|ACK|GET|REPLY]
@@ -195,6 +196,8 @@ func (c *ctl) run(ctx context.Context, args []string) int {
 		return c.route(ctx, action, rest)
 	case "lnet":
 		return c.lnetCmd(ctx, action, rest)
+	case "debug":
+		return c.debugCmd(ctx, action, rest)
 	case "routing":
 		if action == "show" || action == "" {
 			return c.show(ctx, "routing.show", nil)

@@ -83,3 +83,55 @@ func exportedNets(doc map[string]any) []string {
 	}
 	return out
 }
+
+// debugCmd is `lnetctl debug recovery --local|--peer`: the NIs in
+// recovery, as Lustre's lnetctl lists its recovery queues ("local NI
+// recovery: nid-0: ..."). An NI is queued for recovery while its health
+// value is below the maximum (1000), which net show -v and peer show -v
+// report.
+func (c *ctl) debugCmd(ctx context.Context, action string, args []string) int {
+	if action != "recovery" {
+		return c.usageErr("unknown action %q for debug (recovery --local | --peer)", action)
+	}
+	fs := c.flags("debug recovery")
+	local := fs.Bool("local", false, "the local NIs in recovery")
+	peer := fs.Bool("peer", false, "the peer NIs in recovery")
+	if _, err := parseInterleaved(fs, args); err != nil {
+		return 2
+	}
+	if *local == *peer {
+		return c.usageErr("debug recovery needs --local or --peer")
+	}
+	op, top, list, title := "net.show", "net", "local NI(s)", "local NI recovery"
+	if *peer {
+		op, top, list, title = "peer.show", "peer", "peer ni", "peer NI recovery"
+	}
+	var doc map[string]any
+	if err := c.call(ctx, op, ShowArgs{Verbose: true}, &doc); err != nil {
+		return c.fail(err)
+	}
+	out := Map{}
+	n := 0
+	for _, e := range asList(doc[top]) {
+		for _, ni := range asList(asMap(e)[list]) {
+			m := asMap(ni)
+			hv, ok := asMap(m["health stats"])["health value"].(float64)
+			if nid, _ := m["nid"].(string); ok && hv < 1000 && nid != "" {
+				out = out.add(fmt.Sprintf("nid-%d", n), nid)
+				n++
+			}
+		}
+	}
+	c.print(Map{}.add(title, out))
+	return 0
+}
+
+func asList(v any) []any {
+	l, _ := v.([]any)
+	return l
+}
+
+func asMap(v any) map[string]any {
+	m, _ := v.(map[string]any)
+	return m
+}

@@ -69,6 +69,8 @@ func TestCLIEndToEnd(t *testing.T) {
 		{"perf write_bw", func(a []string) int { return runPerf(perftest.WriteBW, a) }, []string{"-n", "50", "-s", "1000", "-x", "1"}},
 		{"perf send_lat", func(a []string) int { return runPerf(perftest.SendLat, a) }, []string{"-n", "20", "--json"}},
 		{"perf write_lat -U -H", func(a []string) int { return runPerf(perftest.WriteLat, a) }, []string{"-n", "20", "-U", "-H"}},
+		{"perf write_bw -c UC", func(a []string) int { return runPerf(perftest.WriteBW, a) }, []string{"-n", "50", "-c", "UC"}},
+		{"perf send_lat -c UC", func(a []string) int { return runPerf(perftest.SendLat, a) }, []string{"-n", "20", "-c", "UC"}},
 		{"perf read_bw", func(a []string) int { return runPerf(perftest.ReadBW, a) }, []string{"-n", "20", "-s", "4096", "--json"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

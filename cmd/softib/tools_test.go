@@ -46,6 +46,8 @@ func TestCLIInputChecks(t *testing.T) {
 		{runPerfDispatch, []string{"write_bw", "-n", "0", nowhere}, 2},
 		{runPerfDispatch, []string{"write_bw", "-q", "0", nowhere}, 2},
 		{runPerfDispatch, []string{"write_bw", "--cpu_util", nowhere}, 2}, // needs -D
+		{runPerfDispatch, []string{"read_bw", "-c", "UC", nowhere}, 2},
+		{runPerfDispatch, []string{"write_bw", "-c", "UD", nowhere}, 2},
 		{runPerfDispatch, []string{"write_lat", "-w", "100", nowhere}, 2},
 		{runPerfDispatch, []string{"write_bw", "-U", nowhere}, 2},
 		{runPerfDispatch, []string{"send_bw", "--run_infinitely", nowhere}, 2},

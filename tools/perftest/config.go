@@ -195,6 +195,9 @@ type Config struct {
 	SL uint8
 	// NoPeak is -N: report no peak bandwidth (perftest prints 0.00).
 	NoPeak bool
+	// UC is -c UC: unreliable connected QPs (write and send tests, TCP
+	// exchange) instead of RC.
+	UC bool
 	// ReportBoth is --report-both: with -q N, a BW requester also
 	// reports each QP's share (rows with QP set) after the aggregate.
 	ReportBoth bool

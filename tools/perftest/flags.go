@@ -82,7 +82,7 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) *Flags {
 	fs.StringVar(&f.SourceIP, "source_ip", "", "source IP `address` of the exchange connection (default: --addr when given)")
 	fs.BoolVar(&f.OutJSON, "out_json", false, "also write the results as JSON to --out_json_file")
 	fs.StringVar(&f.OutJSONFile, "out_json_file", "", "`file` for --out_json (default perftest_out.json; implies --out_json)")
-	both("c", "connection", func(n string) { fs.StringVar(&f.conn, n, "RC", "connection `type` (RC only)") })
+	both("c", "connection", func(n string) { fs.StringVar(&f.conn, n, "RC", "connection `type`: RC or UC (UC: write and send tests)") })
 	return f
 }
 
@@ -168,8 +168,20 @@ func (f *Flags) Finish(args []string) error {
 	default:
 		return fmt.Errorf("bad -A %q: use CMP_AND_SWAP or FETCH_AND_ADD", f.atomic)
 	}
-	if c := strings.ToUpper(f.conn); c != "RC" {
-		return fmt.Errorf("connection type %s not supported: softib's perftest runs RC", c)
+	switch c := strings.ToUpper(f.conn); c {
+	case "RC":
+	case "UC":
+		// As perftest: UC carries RDMA WRITE and SEND, not READ or
+		// atomics.
+		if v := f.cfg.Test.Verb(); v != VerbWrite && v != VerbSend {
+			return fmt.Errorf("-c UC: UC QPs carry RDMA WRITE and SEND only (write_bw, write_lat, send_bw, send_lat)")
+		}
+		if f.cfg.RDMACM {
+			return fmt.Errorf("-c UC with -R: softib's RDMA CM mode connects RC QPs only; run UC without -R")
+		}
+		f.cfg.UC = true
+	default:
+		return fmt.Errorf("-c %s: softib's perftest runs RC or UC (UD: use ud_pingpong)", c)
 	}
 	return nil
 }

@@ -234,6 +234,7 @@ type Banner struct {
 	Inline   int
 	OutReads int
 	RDMACM   bool
+	UC       bool
 }
 
 // WriteBanner writes perftest's test-information block.
@@ -252,7 +253,11 @@ func WriteBanner(w io.Writer, b *Banner) {
 	s.WriteString("Test\n")
 	fmt.Fprintf(&s, " Dual-port       : OFF\t\tDevice         : %s\n", b.Device)
 	fmt.Fprintf(&s, " Number of qps   : %d\t\tTransport type : IB\n", b.QPs)
-	s.WriteString(" Connection type : RC\t\tUsing SRQ      : OFF\n")
+	conn := "RC"
+	if b.UC {
+		conn = "UC"
+	}
+	s.WriteString(" Connection type : " + conn + "\t\tUsing SRQ      : OFF\n")
 	s.WriteString(" PCIe relax order: Unsupported\n")
 	s.WriteString(" ibv_wr* API     : OFF\n")
 	if b.Client || b.Test.IsLat() {

@@ -146,7 +146,11 @@ func NewResources(dev verbs.Device, cfg *Config, mtu verbs.MTU, cycle, cacheLine
 		rx = cfg.RxDepth
 	}
 	for i := range nq {
-		qp, err := res.PD.CreateQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: e.SendCQ, RecvCQ: e.RecvCQ,
+		qpType := verbs.QPTypeRC
+		if cfg.UC {
+			qpType = verbs.QPTypeUC
+		}
+		qp, err := res.PD.CreateQP(&verbs.QPInitAttr{Type: qpType, SendCQ: e.SendCQ, RecvCQ: e.RecvCQ,
 			Cap: verbs.QPCap{MaxSendWR: cfg.TxDepth, MaxRecvWR: rx, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: inline}})
 		if err != nil {
 			return nil, fmt.Errorf("couldn't create QP %d: %w", i, err)
@@ -179,6 +183,12 @@ func (r *Resources) Connect(cfg *Config, client bool) error {
 			AV:              rdmautil.AV(cfg.Port, rdmautil.Peer{LID: rem.LID, GID: rem.GID, DPort: cfg.PeerUDPPort}, r.GIDIndex, HopLimit, cfg.SL),
 			MaxDestRdAtomic: uint8(min(r.OutReads, 255)), MinRNRTimer: MinRNRTimer,
 			Timeout: DefaultQPTimeout, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: uint8(min(max(int(rem.OutReads), 1), 255))}
+		if cfg.UC {
+			if err := ucConnect(qp, &c, cfg.Test.IsLat() || client); err != nil {
+				return fmt.Errorf("qp %d: %w", i, err)
+			}
+			continue
+		}
 		if err := rdmautil.ToRTR(qp, &c); err != nil {
 			return fmt.Errorf("qp %d: %w", i, err)
 		}
@@ -294,7 +304,7 @@ func run(ctx context.Context, dev verbs.Device, cfg *Config, p *Proto, client bo
 	e := res.Engine
 	WriteBanner(cfg.Out, &Banner{Test: cfg.Test, Atomic: cfg.Atomic, Device: dev.Name(), QPs: cfg.QPs, Client: client,
 		TxDepth: cfg.TxDepth, RxDepth: cfg.RxDepth, CQMod: cfg.CQMod, MTU: mtu, GIDIndex: res.GIDIndex,
-		Inline: e.Inline, OutReads: res.OutReads, RDMACM: cfg.RDMACM})
+		Inline: e.Inline, OutReads: res.OutReads, RDMACM: cfg.RDMACM, UC: cfg.UC})
 
 	res.Remote = make([]Key, cfg.QPs)
 	hs0 := func() error {
@@ -595,4 +605,21 @@ func perQPRows(cfg *Config, s *Sample) []Row {
 		rows = append(rows, r)
 	}
 	return rows
+}
+
+// ucConnect moves a UC QP to RTR, and to RTS when rts: UC has no
+// acknowledgements, so none of RC's read/atomic, RNR or retry attributes.
+func ucConnect(qp verbs.QP, c *rdmautil.RCConnect, rts bool) error {
+	a := verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: c.MTU, DestQPN: c.DestQPN, RQPSN: c.RQPSN, AH: c.AV}
+	if err := qp.Modify(&a, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN); err != nil {
+		return fmt.Errorf("modify UC QP to RTR: %w", err)
+	}
+	if !rts {
+		return nil
+	}
+	a = verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: c.SQPSN}
+	if err := qp.Modify(&a, verbs.QPAttrState|verbs.QPAttrSQPSN); err != nil {
+		return fmt.Errorf("modify UC QP to RTS: %w", err)
+	}
+	return nil
 }

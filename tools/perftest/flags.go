@@ -82,7 +82,9 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) *Flags {
 	fs.StringVar(&f.SourceIP, "source_ip", "", "source IP `address` of the exchange connection (default: --addr when given)")
 	fs.BoolVar(&f.OutJSON, "out_json", false, "also write the results as JSON to --out_json_file")
 	fs.StringVar(&f.OutJSONFile, "out_json_file", "", "`file` for --out_json (default perftest_out.json; implies --out_json)")
-	both("c", "connection", func(n string) { fs.StringVar(&f.conn, n, "RC", "connection `type`: RC or UC (UC: write and send tests)") })
+	both("c", "connection", func(n string) {
+		fs.StringVar(&f.conn, n, "RC", "connection `type`: RC or UC (UC: write and send tests)")
+	})
 	return f
 }
 

@@ -3,20 +3,11 @@ package iser
 import (
 	"encoding/binary"
 	"fmt"
-	"sync"
 
 	"softib/rdmacm"
 	"softib/rdmarw"
-	"softib/storage/scsi"
+	"softib/storage/internal/rdmatarget"
 	"softib/verbs"
-)
-
-// Work request IDs carry their kind in the top byte and a slot below.
-const (
-	wrRecv = 1 << 56
-	wrSend = 2 << 56
-	wrRead = 3 << 56
-	wrKind = 0xff << 56
 )
 
 const (
@@ -25,36 +16,21 @@ const (
 	noTag    = 0xffffffff
 )
 
-// conn is one iSER connection (one session: MaxConnections=1).
+// conn is one iSER connection (one session: MaxConnections=1). Its
+// embedded Conn's Mu also guards the fields below it.
 type conn struct {
+	rdmatarget.Conn
 	t      *Target
-	id     *rdmacm.ID
-	pd     verbs.PD
-	cq     verbs.CQ
-	qp     verbs.QP
-	worker *verbs.CQWorker
-	recvMR verbs.MR
-	sendMR verbs.MR
-	dataMR verbs.MR
-	nRecv  int
 	window int
 
-	sendFree chan int
-	dataFree chan int
-	tasks    sync.WaitGroup
-
-	mu       sync.Mutex
 	login    loginState
 	full     bool
 	expCmdSN uint32
 	statSN   uint32
 	inflight int
-	reads    map[int]chan verbs.WCStatus
-	closing  bool
 	// logoutSlot is the send slot of the logout response: its
 	// completion ends the connection.
 	logoutSlot int
-	down       chan struct{}
 }
 
 // accept sets a connection up for a CONNECT_REQUEST and accepts it with
@@ -89,162 +65,46 @@ func (t *Target) accept(ev *rdmacm.Event) {
 	if err := id.Accept(&rdmacm.ConnParam{PrivateData: priv, ResponderResources: ev.Conn.InitiatorDepth,
 		InitiatorDepth: depth, RNRRetryCount: 7}); err != nil {
 		t.cfg.Logf("iser: accept %v: %v", id.RemoteAddr(), err)
-		c.shutdown("accept failed")
+		c.Shutdown("accept failed")
 		return
 	}
 	t.Stats.Connections.Add(1)
 }
 
-func (t *Target) newConn(id *rdmacm.ID) (c *conn, err error) {
+func (t *Target) newConn(id *rdmacm.ID) (*conn, error) {
 	w := t.cfg.Window
-	c = &conn{t: t, id: id, window: w, nRecv: w + 16, reads: map[int]chan verbs.WCStatus{},
-		sendFree: make(chan int, w+16), dataFree: make(chan int, w), logoutSlot: -1, down: make(chan struct{})}
+	c := &conn{t: t, window: w, logoutSlot: -1}
 	c.login.p.rdma = true
-	defer func() {
-		if err != nil {
-			c.release()
-		}
-	}()
-	dev := id.Device()
-	c.pd = id.PD()
-	ch := verbs.NewCompChannel(4)
 	nSend := w + 16
-	sq := 2*(w*rdmarw.MRFactor(dev, maxBurst/rdmarw.PageSize)+nSend) + 8
-	if c.cq, err = dev.CreateCQ(verbs.CQAttr{CQE: sq + c.nRecv, Channel: ch}); err != nil {
+	err := c.Setup(&t.l, id, c, rdmatarget.Shape{
+		Recv: w + 16, RecvLen: recvSlot,
+		Send: nSend, SendLen: sendSlot,
+		Data: w, DataLen: maxBurst,
+		SendWR: func(dev verbs.Device) int {
+			return 2*(w*rdmarw.MRFactor(dev, maxBurst/rdmarw.PageSize)+nSend) + 8
+		},
+	}, rdmatarget.Hooks{Receive: c.receive, Sent: c.sent})
+	if err != nil {
 		return nil, err
 	}
-	if c.qp, err = id.CreateQP(c.pd, &verbs.QPInitAttr{SendCQ: c.cq, RecvCQ: c.cq,
-		Cap: verbs.QPCap{MaxSendWR: sq, MaxRecvWR: c.nRecv, MaxSendSGE: 2, MaxRecvSGE: 1}}); err != nil {
-		return nil, err
-	}
-	if c.recvMR, err = c.pd.RegMR(make([]byte, c.nRecv*recvSlot), verbs.AccessLocalWrite); err != nil {
-		return nil, err
-	}
-	if c.sendMR, err = c.pd.RegMR(make([]byte, nSend*sendSlot), verbs.AccessLocalWrite); err != nil {
-		return nil, err
-	}
-	if c.dataMR, err = c.pd.RegMR(scsi.AlignedBuf(w*maxBurst), verbs.AccessLocalWrite); err != nil {
-		return nil, err
-	}
-	for i := range nSend {
-		c.sendFree <- i
-	}
-	for i := range w {
-		c.dataFree <- i
-	}
-	for i := range c.nRecv {
-		if err := c.postRecv(i); err != nil {
-			return nil, err
-		}
-	}
-	if c.worker, err = verbs.StartCQWorker(c.cq, 0, c.completion); err != nil {
-		return nil, err
-	}
-	id.SetContext(c)
-	t.mu.Lock()
-	t.conns[c] = struct{}{}
-	t.mu.Unlock()
 	return c, nil
 }
 
-func (c *conn) postRecv(slot int) error {
-	_, err := c.qp.PostRecv([]verbs.RecvWR{{ID: wrRecv | uint64(slot), SGL: []verbs.SGE{c.recvMR.SGE(slot*recvSlot, recvSlot)}}})
-	return err
-}
-
-// shutdown disconnects and releases the connection once its tasks
-// ended; it is idempotent.
-func (c *conn) shutdown(why string) {
-	c.mu.Lock()
-	if c.closing {
-		c.mu.Unlock()
-		return
-	}
-	c.closing = true
-	// Added under c.mu: Target.Close's own shutdown call takes c.mu
-	// after this, so the Add happens before its Wait.
-	c.t.wg.Add(1)
-	c.mu.Unlock()
-	c.t.cfg.Logf("iser: connection from %v down: %s", c.id.RemoteAddr(), why)
-	go func() {
-		defer c.t.wg.Done()
-		c.id.Disconnect()
-		<-c.t.scsi.AbortNexus(c)
-		if c.qp != nil {
-			c.qp.Drain() // flushes pending RDMA READs: their tasks end
-		}
-		c.tasks.Wait()
-		c.release()
-		close(c.down)
-	}()
-}
-
-func (c *conn) release() {
-	if c.worker != nil {
-		c.worker.Stop()
-	}
-	c.id.DestroyQP()
-	for _, mr := range []verbs.MR{c.recvMR, c.sendMR, c.dataMR} {
-		if mr != nil {
-			mr.Dereg()
-		}
-	}
-	if c.cq != nil {
-		c.cq.Destroy()
-	}
-	c.id.Destroy()
-	c.t.mu.Lock()
-	delete(c.t.conns, c)
-	c.t.mu.Unlock()
-}
-
-// completion runs on the CQ worker for every completion.
-func (c *conn) completion(wc *verbs.WC) {
-	slot := int(wc.WRID &^ wrKind)
-	switch wc.WRID & wrKind {
-	case wrRecv:
-		if wc.Status != verbs.WCSuccess {
-			if wc.Status != verbs.WCWRFlushErr {
-				c.shutdown(fmt.Sprintf("receive completion %v", wc.Status))
-			}
-			return
-		}
-		buf := c.recvMR.Buf()[slot*recvSlot : slot*recvSlot+int(wc.ByteLen)]
-		c.receive(buf)
-		c.mu.Lock()
-		closing := c.closing
-		c.mu.Unlock()
-		if !closing {
-			if err := c.postRecv(slot); err != nil {
-				c.shutdown(fmt.Sprintf("repost receive: %v", err))
-			}
-		}
-	case wrSend:
-		c.sendFree <- slot
-		if wc.Status != verbs.WCSuccess && wc.Status != verbs.WCWRFlushErr {
-			c.shutdown(fmt.Sprintf("send completion %v", wc.Status))
-		}
-		c.mu.Lock()
-		logout := slot == c.logoutSlot
-		c.mu.Unlock()
-		if logout {
-			c.shutdown("logout")
-		}
-	case wrRead:
-		c.mu.Lock()
-		ch := c.reads[slot]
-		delete(c.reads, slot)
-		c.mu.Unlock()
-		if ch != nil {
-			ch <- wc.Status
-		}
+// sent ends the connection when the logout response's (or failed
+// login response's) send completed.
+func (c *conn) sent(slot int) {
+	c.Mu.Lock()
+	logout := slot == c.logoutSlot
+	c.Mu.Unlock()
+	if logout {
+		c.Shutdown("logout")
 	}
 }
 
 // protoErr ends the connection after a protocol violation.
 func (c *conn) protoErr(format string, args ...any) {
 	c.t.Stats.ProtocolErrors.Add(1)
-	c.shutdown(fmt.Sprintf(format, args...))
+	c.Shutdown(fmt.Sprintf(format, args...))
 }
 
 // receive handles one received message. It runs on the CQ worker; the
@@ -255,9 +115,9 @@ func (c *conn) receive(b []byte) {
 		c.protoErr("%v", err)
 		return
 	}
-	c.mu.Lock()
+	c.Mu.Lock()
 	full := c.full
-	c.mu.Unlock()
+	c.Mu.Unlock()
 	if !full {
 		if m.BHS.Opcode() != OpLoginReq {
 			c.protoErr("opcode %#x before login", m.BHS.Opcode())
@@ -268,17 +128,17 @@ func (c *conn) receive(b []byte) {
 	}
 	op := m.BHS.Opcode()
 	if !m.BHS.Immediate() && op != OpDataOut {
-		c.mu.Lock()
+		c.Mu.Lock()
 		// RC delivers in order and the window bounds the initiator, so
 		// a non-immediate command's CmdSN is the expected one; anything
 		// else is a broken initiator.
 		if sn := m.BHS.CmdSN(); sn != c.expCmdSN {
-			c.mu.Unlock()
+			c.Mu.Unlock()
 			c.protoErr("CmdSN %d, expected %d", sn, c.expCmdSN)
 			return
 		}
 		c.expCmdSN++
-		c.mu.Unlock()
+		c.Mu.Unlock()
 	}
 	switch op {
 	case OpSCSICmd:
@@ -356,20 +216,19 @@ func (c *conn) send(fill func(h BHS) []byte, logout bool) {
 // front; done tells that the PDU ends a command (StatSN counts responses
 // and the command leaves the window).
 func (c *conn) postPDU(fill func(h BHS) []byte, rw *rdmarw.Ctx, logout, done bool) error {
-	slot := <-c.sendFree
-	b := c.sendMR.Buf()[slot*sendSlot : (slot+1)*sendSlot]
+	slot := <-c.SendFree
+	b := c.SendBuf(slot)
 	Hdr(b).PutCtrl(0, 0, 0, 0)
 	h := BHS(b[HdrLen:HeadersLen])
 	clear(h)
 	data := fill(h)
 	n := copy(b[HeadersLen:], data)
 	h.SetDataLen(n)
-	wr := verbs.SendWR{ID: wrSend | uint64(slot), Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
-		SGL: []verbs.SGE{c.sendMR.SGE(slot*sendSlot, HeadersLen+n)}}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closing {
-		c.sendFree <- slot
+	wr := c.SendWR(slot, HeadersLen+n)
+	c.Mu.Lock()
+	defer c.Mu.Unlock()
+	if c.Closing {
+		c.SendFree <- slot
 		return errClosing
 	}
 	if done {
@@ -386,15 +245,15 @@ func (c *conn) postPDU(fill func(h BHS) []byte, rw *rdmarw.Ctx, logout, done boo
 	if rw != nil {
 		err = rw.Post([]verbs.SendWR{wr}, 0)
 	} else {
-		_, err = c.qp.PostSend([]verbs.SendWR{wr})
+		_, err = c.QP.PostSend([]verbs.SendWR{wr})
 	}
 	if err != nil {
-		c.sendFree <- slot
+		c.SendFree <- slot
 	}
 	return err
 }
 
-var errClosing = fmt.Errorf("iser: connection closing")
+var errClosing = rdmatarget.ErrClosing
 
 // doLogin answers one login request.
 func (c *conn) doLogin(m Message) {
@@ -403,8 +262,8 @@ func (c *conn) doLogin(m Message) {
 	if r.status != statusSuccess {
 		c.t.Stats.LoginFailures.Add(1)
 	}
-	slot := <-c.sendFree
-	b := c.sendMR.Buf()[slot*sendSlot : (slot+1)*sendSlot]
+	slot := <-c.SendFree
+	b := c.SendBuf(slot)
 	Hdr(b).PutCtrl(0, 0, 0, 0)
 	h := BHS(b[HdrLen:HeadersLen])
 	clear(h)
@@ -419,7 +278,7 @@ func (c *conn) doLogin(m Message) {
 	h[36], h[37] = byte(r.status>>8), byte(r.status)
 	n := copy(b[HeadersLen:], r.text)
 	h.SetDataLen(n)
-	c.mu.Lock()
+	c.Mu.Lock()
 	if r.status == statusSuccess {
 		if m.BHS.ExpStatSN() != 0 && c.statSN == 0 {
 			c.statSN = m.BHS.ExpStatSN()
@@ -444,10 +303,9 @@ func (c *conn) doLogin(m Message) {
 	if r.status != statusSuccess {
 		c.logoutSlot = slot // the connection ends after the failure response
 	}
-	c.mu.Unlock()
-	if _, err := c.qp.PostSend([]verbs.SendWR{{ID: wrSend | uint64(slot), Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
-		SGL: []verbs.SGE{c.sendMR.SGE(slot*sendSlot, HeadersLen+n)}}}); err != nil {
-		c.sendFree <- slot
-		c.shutdown(fmt.Sprintf("post login response: %v", err))
+	c.Mu.Unlock()
+	if _, err := c.QP.PostSend([]verbs.SendWR{c.SendWR(slot, HeadersLen+n)}); err != nil {
+		c.SendFree <- slot
+		c.Shutdown(fmt.Sprintf("post login response: %v", err))
 	}
 }

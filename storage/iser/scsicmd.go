@@ -3,9 +3,9 @@ package iser
 import (
 	"encoding/binary"
 	"fmt"
-	"time"
 
 	"softib/rdmarw"
+	"softib/storage/internal/rdmatarget"
 	"softib/storage/scsi"
 	"softib/verbs"
 )
@@ -52,10 +52,10 @@ func (c *conn) scsiCommand(m Message) {
 		c.reject(h, 0x09) // invalid PDU field
 		return
 	}
-	c.mu.Lock()
+	c.Mu.Lock()
 	c.inflight++
-	c.mu.Unlock()
-	slot, ok := slotFrom(c.dataFree)
+	c.Mu.Unlock()
+	slot, ok := rdmatarget.SlotFrom(c.DataFree)
 	if !ok {
 		// The window keeps this from happening with a correct
 		// initiator.
@@ -66,26 +66,26 @@ func (c *conn) scsiCommand(m Message) {
 	tk.imm = copy(c.data(tk.slot), m.Data)
 	st, ok := c.t.scsi.Begin(c, tk.lun, uint64(tk.itt))
 	if !ok {
-		c.dataFree <- tk.slot
+		c.DataFree <- tk.slot
 		c.respond(&tk, scsi.Result{Status: scsi.StatusCheckCondition,
 			Sense: scsi.Sense{Key: scsi.KeyIllegalRequest, ASC: 0x4e}}, nil) // OVERLAPPED COMMANDS ATTEMPTED
 		return
 	}
 	tk.scsiTask = st
-	c.tasks.Add(1)
+	c.Tasks.Add(1)
 	go c.run(tk)
 }
 
 func (c *conn) data(slot int) []byte {
-	return c.dataMR.Buf()[slot*maxBurst : (slot+1)*maxBurst]
+	return c.DataMR.Buf()[slot*maxBurst : (slot+1)*maxBurst]
 }
 
 // run moves a command's data-out in, executes it, and sends its data-in
 // and response.
 func (c *conn) run(tk task) {
-	defer c.tasks.Done()
+	defer c.Tasks.Done()
 	defer c.t.scsi.End(tk.scsiTask)
-	defer func() { c.dataFree <- tk.slot }()
+	defer func() { c.DataFree <- tk.slot }()
 	buf := c.data(tk.slot)[:tk.edtl]
 	var rw rdmarw.Ctx
 	if tk.write && tk.edtl > tk.imm {
@@ -95,7 +95,7 @@ func (c *conn) run(tk task) {
 		}
 		if err := c.rdmaRead(&rw, &tk); err != nil {
 			if !tk.scsiTask.Aborted() {
-				c.shutdown(fmt.Sprintf("RDMA READ: %v", err))
+				c.Shutdown(fmt.Sprintf("RDMA READ: %v", err))
 			}
 			return
 		}
@@ -108,9 +108,9 @@ func (c *conn) run(tk task) {
 	}
 	if tk.scsiTask.Aborted() {
 		// ABORT TASK or LUN RESET: no response for this task.
-		c.mu.Lock()
+		c.Mu.Lock()
 		c.inflight--
-		c.mu.Unlock()
+		c.Mu.Unlock()
 		return
 	}
 	var in *rdmarw.Ctx
@@ -118,9 +118,9 @@ func (c *conn) run(tk task) {
 		if tk.rstag == 0 {
 			res = scsi.Result{Status: scsi.StatusCheckCondition, Sense: scsi.SenseInvalidFieldCDB}
 		} else {
-			sge := c.dataMR.SGE(tk.slot*maxBurst, res.DataIn)
-			if _, err := rw.Init(c.qp, c.pd, []verbs.SGE{sge}, 0, tk.rva, tk.rstag, rdmarw.Write); err != nil {
-				c.shutdown(fmt.Sprintf("RDMA WRITE: %v", err))
+			sge := c.DataMR.SGE(tk.slot*maxBurst, res.DataIn)
+			if _, err := rw.Init(c.QP, c.PD, []verbs.SGE{sge}, 0, tk.rva, tk.rstag, rdmarw.Write); err != nil {
+				c.Shutdown(fmt.Sprintf("RDMA WRITE: %v", err))
 				return
 			}
 			in = &rw
@@ -136,30 +136,8 @@ func (c *conn) run(tk task) {
 
 // rdmaRead fetches the data-out beyond the immediate data.
 func (c *conn) rdmaRead(rw *rdmarw.Ctx, tk *task) error {
-	sge := c.dataMR.SGE(tk.slot*maxBurst+tk.imm, tk.edtl-tk.imm)
-	if _, err := rw.Init(c.qp, c.pd, []verbs.SGE{sge}, 0, tk.wva, tk.wstag, rdmarw.Read); err != nil {
-		return err
-	}
-	defer rw.Destroy()
-	done := make(chan verbs.WCStatus, 1)
-	c.mu.Lock()
-	if c.closing {
-		c.mu.Unlock()
-		return errClosing
-	}
-	c.reads[tk.slot] = done
-	err := rw.Post(nil, wrRead|uint64(tk.slot))
-	if err != nil {
-		delete(c.reads, tk.slot)
-	}
-	c.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	if st := <-done; st != verbs.WCSuccess {
-		return fmt.Errorf("completion %v", st)
-	}
-	return nil
+	sge := c.DataMR.SGE(tk.slot*maxBurst+tk.imm, tk.edtl-tk.imm)
+	return c.Read(rw, tk.slot, sge, tk.wva, tk.wstag)
 }
 
 // respond sends the SCSI Response (after the data-in WRITEs of in).
@@ -188,7 +166,7 @@ func (c *conn) respond(tk *task, res scsi.Result, in *rdmarw.Ctx) {
 		return nil
 	}, in, false, true)
 	if err != nil && err != errClosing {
-		c.shutdown(fmt.Sprintf("post response: %v", err))
+		c.Shutdown(fmt.Sprintf("post response: %v", err))
 	}
 }
 
@@ -211,7 +189,7 @@ func (c *conn) tmf(m Message) {
 	itt := h.ITT()
 	lun, ok := scsi.DecodeLUN(h.LUN())
 	var rsp byte = tmfRspComplete
-	done := closedCh
+	done := rdmatarget.Closed
 	switch fn := h.Flags() & 0x7f; {
 	case !ok:
 		rsp = tmfRspNoLUN
@@ -232,9 +210,9 @@ func (c *conn) tmf(m Message) {
 	default:
 		rsp = tmfRspNotSupp
 	}
-	c.tasks.Add(1)
+	c.Tasks.Add(1)
 	go func() {
-		defer c.tasks.Done()
+		defer c.Tasks.Done()
 		<-done
 		c.send(func(h BHS) []byte {
 			h[0], h[1], h[2] = OpTMFRsp, flagFinal, rsp
@@ -242,28 +220,4 @@ func (c *conn) tmf(m Message) {
 			return nil
 		}, false)
 	}()
-}
-
-var closedCh = func() <-chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-// slotFrom takes a data buffer. A command within the window can arrive
-// just before the task whose response opened the window returns its
-// buffer (it posts the response first, then lets go), so it waits a
-// little; that task needs nothing from the CQ worker any more, so the
-// wait cannot deadlock. Only an initiator overrunning its window waits
-// the whole bound and gets TASK SET FULL.
-func slotFrom(free chan int) (int, bool) {
-	select {
-	case s := <-free:
-		return s, true
-	default:
-	}
-	t := time.NewTimer(100 * time.Millisecond)
-	defer t.Stop()
-	select {
-	case s := <-free:
-		return s, true
-	case <-t.C:
-		return 0, false
-	}
 }

@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 
 	"softib/rdmacm"
+	"softib/storage/internal/rdmatarget"
 	"softib/storage/scsi"
 )
 
@@ -55,18 +56,14 @@ type Counters struct {
 
 // Target is an iSER target.
 type Target struct {
-	cfg   Config
-	m     *rdmacm.Manager
-	scsi  *scsi.Target
-	ch    *rdmacm.EventChannel
-	lis   *rdmacm.ID
-	tcp   net.Listener
-	tsih  atomic.Uint32
-	mu    sync.Mutex
-	conns map[*conn]struct{}
-	wg    sync.WaitGroup
-	// served is closed when Serve returns (nil before Serve runs).
-	served chan struct{}
+	cfg  Config
+	m    *rdmacm.Manager
+	scsi *scsi.Target
+	l    rdmatarget.Listener
+	tcp  net.Listener
+	tsih atomic.Uint32
+	// wg tracks the discovery connections.
+	wg sync.WaitGroup
 	// Stats counts protocol events.
 	Stats Counters
 }
@@ -94,7 +91,9 @@ func NewTarget(cfg Config, m *rdmacm.Manager, st *scsi.Target) (*Target, error) 
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
-	return &Target{cfg: cfg, m: m, scsi: st, conns: map[*conn]struct{}{}}, nil
+	t := &Target{cfg: cfg, m: m, scsi: st}
+	t.l = rdmatarget.Listener{Prefix: "iser", Kind: "connection", Logf: cfg.Logf, SCSI: st}
+	return t, nil
 }
 
 func (t *Target) nextTSIH() uint16 {
@@ -123,24 +122,13 @@ func (t *Target) DiscoveryAddr() netip.AddrPort {
 
 // Listen starts the RDMA CM listener and the discovery listener.
 func (t *Target) Listen() error {
-	t.ch = rdmacm.NewEventChannel()
-	lis, err := t.m.CreateID(t.ch, nil, rdmacm.PSTCP)
-	if err != nil {
+	if err := t.l.Listen(t.m, t.cfg.Addr); err != nil {
 		return err
 	}
-	if err := lis.BindAddr(t.cfg.Addr); err != nil {
-		lis.Destroy()
-		return fmt.Errorf("iser: bind %v: %w", t.cfg.Addr, err)
-	}
-	if err := lis.Listen(64); err != nil {
-		lis.Destroy()
-		return err
-	}
-	t.lis = lis
 	if !t.cfg.NoDiscovery {
 		l, err := net.Listen("tcp", t.cfg.DiscoveryAddr.String())
 		if err != nil {
-			lis.Destroy()
+			t.l.Close()
 			return fmt.Errorf("iser: discovery listener: %w", err)
 		}
 		t.tcp = l
@@ -151,70 +139,20 @@ func (t *Target) Listen() error {
 // Serve handles connections until ctx ends or Close; it returns nil
 // then.
 func (t *Target) Serve(ctx context.Context) error {
-	served := make(chan struct{})
-	t.mu.Lock()
-	t.served = served
-	t.mu.Unlock()
-	defer close(served)
 	if t.tcp != nil {
-		t.wg.Add(1)
-		go func() {
-			defer t.wg.Done()
-			t.serveTCP()
-		}()
+		return t.l.Serve(ctx, t.accept, t.serveTCP)
 	}
-	for {
-		ev, err := t.ch.GetEvent(ctx)
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, rdmacm.ErrClosed) {
-				return nil
-			}
-			return err
-		}
-		switch ev.Type {
-		case rdmacm.EventConnectRequest:
-			t.accept(ev)
-		case rdmacm.EventEstablished:
-			if c, ok := ev.ID.Context().(*conn); ok {
-				t.cfg.Logf("iser: connection from %v established", c.id.RemoteAddr())
-			}
-		case rdmacm.EventDisconnected, rdmacm.EventTimewaitExit, rdmacm.EventDeviceRemoval,
-			rdmacm.EventConnectError, rdmacm.EventUnreachable, rdmacm.EventRejected:
-			if c, ok := ev.ID.Context().(*conn); ok {
-				c.shutdown(fmt.Sprintf("RDMA CM %v", ev.Type))
-			}
-		}
-	}
+	return t.l.Serve(ctx, t.accept)
 }
 
 // Close stops the listeners and tears every connection down.
 func (t *Target) Close() error {
-	if t.lis != nil {
-		t.lis.Destroy()
-	}
 	if t.tcp != nil {
 		t.tcp.Close()
 	}
-	// Serve must be gone before the teardown: it starts connection
-	// teardowns (WaitGroup.Add) that the Wait below must not race.
-	if t.ch != nil {
-		t.ch.Close()
-	}
-	t.mu.Lock()
-	served := t.served
-	t.mu.Unlock()
-	if served != nil {
-		<-served
-	}
-	t.mu.Lock()
-	conns := make([]*conn, 0, len(t.conns))
-	for c := range t.conns {
-		conns = append(conns, c)
-	}
-	t.mu.Unlock()
-	for _, c := range conns {
-		c.shutdown("target closed")
-	}
+	// The listener's Close waits for serveTCP, so no discovery
+	// connection starts after it.
+	t.l.Close()
 	t.wg.Wait()
 	return nil
 }

@@ -3,21 +3,18 @@ package srp
 import (
 	"encoding/binary"
 	"fmt"
-	"sync"
-	"time"
 
 	"softib/rdmacm"
 	"softib/rdmarw"
+	"softib/storage/internal/rdmatarget"
 	"softib/storage/scsi"
 	"softib/verbs"
 )
 
 const (
-	wrRecv   = 1 << 56
-	wrSend   = 2 << 56
-	wrRead   = 3 << 56
-	wrIgnore = 4 << 56
-	wrKind   = 0xff << 56
+	// wrIgnore marks the RDMA WRITEs of data-in chained in front of
+	// the SRP_RSP: only their errors matter.
+	wrIgnore = rdmatarget.WRUser
 
 	// maxITIU is the largest SRP_CMD the target takes (ib_srp's
 	// default with 255 indirect descriptors in the IU fits).
@@ -34,25 +31,10 @@ const (
 
 // channel is one SRP RDMA channel.
 type channel struct {
+	rdmatarget.Conn
 	t       *Target
-	id      *rdmacm.ID
-	pd      verbs.PD
-	cq      verbs.CQ
-	qp      verbs.QP
-	worker  *verbs.CQWorker
-	recvMR  verbs.MR
-	sendMR  verbs.MR
-	dataMR  verbs.MR
 	itIU    int
 	credits int
-
-	sendFree chan int
-	dataFree chan int
-	tasks    sync.WaitGroup
-
-	mu      sync.Mutex
-	closing bool
-	reads   map[int]chan verbs.WCStatus
 }
 
 // login answers a CONNECT_REQUEST carrying struct srp_login_req_rdma.
@@ -102,150 +84,36 @@ func (t *Target) login(ev *rdmacm.Event) {
 	if err := id.Accept(&rdmacm.ConnParam{PrivateData: PutLoginRsp(b[:], req.Tag(), uint32(c.credits), uint32(itIU), maxTIIU, flags),
 		ResponderResources: ev.Conn.InitiatorDepth, InitiatorDepth: depth, RNRRetryCount: 7}); err != nil {
 		t.cfg.Logf("srp: accept %v: %v", id.RemoteAddr(), err)
-		c.shutdown("accept failed")
+		c.Shutdown("accept failed")
 		return
 	}
 	t.Stats.Logins.Add(1)
 }
 
-func (t *Target) newChannel(id *rdmacm.ID, itIU int) (c *channel, err error) {
+func (t *Target) newChannel(id *rdmacm.ID, itIU int) (*channel, error) {
 	n := t.cfg.Credits
-	c = &channel{t: t, id: id, itIU: itIU, credits: n, reads: map[int]chan verbs.WCStatus{},
-		sendFree: make(chan int, n+8), dataFree: make(chan int, n)}
-	defer func() {
-		if err != nil {
-			c.release()
-		}
-	}()
-	dev := id.Device()
-	c.pd = id.PD()
-	sq := 2*(n*(maxDescs+1)+n+8) + 8
-	if sq > dev.Query().MaxQPWR {
-		sq = dev.Query().MaxQPWR
-	}
-	if c.cq, err = dev.CreateCQ(verbs.CQAttr{CQE: sq + n + 8, Channel: verbs.NewCompChannel(4)}); err != nil {
-		return nil, err
-	}
-	if c.qp, err = id.CreateQP(c.pd, &verbs.QPInitAttr{SendCQ: c.cq, RecvCQ: c.cq,
-		Cap: verbs.QPCap{MaxSendWR: sq, MaxRecvWR: n + 8, MaxSendSGE: 2, MaxRecvSGE: 1}}); err != nil {
-		return nil, err
-	}
-	if c.recvMR, err = c.pd.RegMR(make([]byte, (n+8)*itIU), verbs.AccessLocalWrite); err != nil {
-		return nil, err
-	}
-	if c.sendMR, err = c.pd.RegMR(make([]byte, (n+8)*maxTIIU), verbs.AccessLocalWrite); err != nil {
-		return nil, err
-	}
-	if c.dataMR, err = c.pd.RegMR(scsi.AlignedBuf(n*slotLen), verbs.AccessLocalWrite); err != nil {
-		return nil, err
-	}
-	for i := range n + 8 {
-		c.sendFree <- i
-	}
-	for i := range n {
-		c.dataFree <- i
-	}
+	c := &channel{t: t, itIU: itIU, credits: n}
 	// A few receives beyond the credits hold IUs that need none
 	// (SRP_I_LOGOUT, CRED_RSP, AER_RSP).
-	for i := range n + 8 {
-		if err := c.postRecv(i); err != nil {
-			return nil, err
-		}
-	}
-	if c.worker, err = verbs.StartCQWorker(c.cq, 0, c.completion); err != nil {
+	err := c.Setup(&t.l, id, c, rdmatarget.Shape{
+		Recv: n + 8, RecvLen: itIU,
+		Send: n + 8, SendLen: maxTIIU,
+		Data: n, DataLen: slotLen,
+		SendWR: func(dev verbs.Device) int {
+			return min(2*(n*(maxDescs+1)+n+8)+8, dev.Query().MaxQPWR)
+		},
+	}, rdmatarget.Hooks{Receive: c.receive, Other: c.writeDone})
+	if err != nil {
 		return nil, err
 	}
-	id.SetContext(c)
-	t.mu.Lock()
-	t.chans[c] = struct{}{}
-	t.mu.Unlock()
 	return c, nil
 }
 
-func (c *channel) postRecv(slot int) error {
-	_, err := c.qp.PostRecv([]verbs.RecvWR{{ID: wrRecv | uint64(slot), SGL: []verbs.SGE{c.recvMR.SGE(slot*c.itIU, c.itIU)}}})
-	return err
-}
-
-func (c *channel) shutdown(why string) {
-	c.mu.Lock()
-	if c.closing {
-		c.mu.Unlock()
-		return
-	}
-	c.closing = true
-	// Added under c.mu: Target.Close's own shutdown call takes c.mu
-	// after this, so the Add happens before its Wait.
-	c.t.wg.Add(1)
-	c.mu.Unlock()
-	c.t.cfg.Logf("srp: channel from %v down: %s", c.id.RemoteAddr(), why)
-	go func() {
-		defer c.t.wg.Done()
-		c.id.Disconnect()
-		<-c.t.scsi.AbortNexus(c)
-		if c.qp != nil {
-			c.qp.Drain()
-		}
-		c.tasks.Wait()
-		c.release()
-	}()
-}
-
-func (c *channel) release() {
-	if c.worker != nil {
-		c.worker.Stop()
-	}
-	c.id.DestroyQP()
-	for _, mr := range []verbs.MR{c.recvMR, c.sendMR, c.dataMR} {
-		if mr != nil {
-			mr.Dereg()
-		}
-	}
-	if c.cq != nil {
-		c.cq.Destroy()
-	}
-	c.id.Destroy()
-	c.t.mu.Lock()
-	delete(c.t.chans, c)
-	c.t.mu.Unlock()
-}
-
-func (c *channel) completion(wc *verbs.WC) {
-	slot := int(wc.WRID &^ wrKind)
-	switch wc.WRID & wrKind {
-	case wrRecv:
-		if wc.Status != verbs.WCSuccess {
-			if wc.Status != verbs.WCWRFlushErr {
-				c.shutdown(fmt.Sprintf("receive completion %v", wc.Status))
-			}
-			return
-		}
-		c.receive(c.recvMR.Buf()[slot*c.itIU : slot*c.itIU+int(wc.ByteLen)])
-		c.mu.Lock()
-		closing := c.closing
-		c.mu.Unlock()
-		if !closing {
-			if err := c.postRecv(slot); err != nil {
-				c.shutdown(fmt.Sprintf("repost receive: %v", err))
-			}
-		}
-	case wrSend:
-		c.sendFree <- slot
-		if wc.Status != verbs.WCSuccess && wc.Status != verbs.WCWRFlushErr {
-			c.shutdown(fmt.Sprintf("send completion %v", wc.Status))
-		}
-	case wrRead:
-		c.mu.Lock()
-		ch := c.reads[slot]
-		delete(c.reads, slot)
-		c.mu.Unlock()
-		if ch != nil {
-			ch <- wc.Status
-		}
-	case wrIgnore:
-		if wc.Status != verbs.WCSuccess && wc.Status != verbs.WCWRFlushErr {
-			c.shutdown(fmt.Sprintf("RDMA WRITE completion %v", wc.Status))
-		}
+// writeDone takes the completions of data-in WRITEs that are not the
+// last of their chain (they are signaled only when they fail).
+func (c *channel) writeDone(wc *verbs.WC) {
+	if wc.Status != verbs.WCSuccess && wc.Status != verbs.WCWRFlushErr {
+		c.Shutdown(fmt.Sprintf("RDMA WRITE completion %v", wc.Status))
 	}
 }
 
@@ -286,7 +154,7 @@ func (c *channel) receive(b []byte) {
 			c.respond(tk.cmd.Tag, scsi.Result{Status: scsi.StatusCheckCondition, Sense: scsi.SenseInvalidFieldCDB}, 0, 0, nil)
 			return
 		}
-		slot, ok := slotFrom(c.dataFree)
+		slot, ok := rdmatarget.SlotFrom(c.DataFree)
 		if !ok {
 			// Only an initiator overrunning its request limit gets here.
 			c.respond(tk.cmd.Tag, scsi.Result{Status: scsi.StatusTaskSetFull}, 0, 0, nil)
@@ -295,13 +163,13 @@ func (c *channel) receive(b []byte) {
 		tk.slot = slot
 		st, ok := c.t.scsi.Begin(c, tk.lun, binary.BigEndian.Uint64(tk.cmd.Tag[:]))
 		if !ok {
-			c.dataFree <- tk.slot
+			c.DataFree <- tk.slot
 			c.respond(tk.cmd.Tag, scsi.Result{Status: scsi.StatusCheckCondition,
 				Sense: scsi.Sense{Key: scsi.KeyIllegalRequest, ASC: 0x4e}}, 0, 0, nil)
 			return
 		}
 		tk.scsiTask = st
-		c.tasks.Add(1)
+		c.Tasks.Add(1)
 		go c.run(tk)
 	case OpTskMgmt:
 		c.t.Stats.TMFs.Add(1)
@@ -313,52 +181,34 @@ func (c *channel) receive(b []byte) {
 		c.tmf(tm)
 	case OpILogout:
 		c.t.Stats.Logouts.Add(1)
-		c.shutdown("SRP_I_LOGOUT")
+		c.Shutdown("SRP_I_LOGOUT")
 	case OpCredRsp, OpAERRsp:
 	default:
 		c.t.Stats.BadIUs.Add(1)
-		c.shutdown(fmt.Sprintf("IU opcode %#x", b[0]))
+		c.Shutdown(fmt.Sprintf("IU opcode %#x", b[0]))
 	}
 }
 
 func (c *channel) slotBuf(slot int) []byte {
-	return c.dataMR.Buf()[slot*slotLen : slot*slotLen+maxXfer]
+	return c.DataMR.Buf()[slot*slotLen : slot*slotLen+maxXfer]
 }
 
-// rdmaRead fetches len(dst) bytes at remote d into local offset off of
-// the data MR and waits for it.
+// rdmaRead fetches remote d into local offset off of the data MR and
+// waits for it.
 func (c *channel) rdmaRead(rw *rdmarw.Ctx, slot, off int, d Desc) error {
-	if _, err := rw.Init(c.qp, c.pd, []verbs.SGE{c.dataMR.SGE(off, int(d.Len))}, 0, d.VA, d.Key, rdmarw.Read); err != nil {
-		return err
+	err := c.Read(rw, slot, c.DataMR.SGE(off, int(d.Len)), d.VA, d.Key)
+	if err != nil && err != errClosing {
+		return fmt.Errorf("RDMA READ %w", err)
 	}
-	defer rw.Destroy()
-	done := make(chan verbs.WCStatus, 1)
-	c.mu.Lock()
-	if c.closing {
-		c.mu.Unlock()
-		return errClosing
-	}
-	c.reads[slot] = done
-	err := rw.Post(nil, wrRead|uint64(slot))
-	if err != nil {
-		delete(c.reads, slot)
-	}
-	c.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	if st := <-done; st != verbs.WCSuccess {
-		return fmt.Errorf("RDMA READ completion %v", st)
-	}
-	return nil
+	return err
 }
 
-var errClosing = fmt.Errorf("srp: channel closing")
+var errClosing = rdmatarget.ErrClosing
 
 func (c *channel) run(tk task) {
-	defer c.tasks.Done()
+	defer c.Tasks.Done()
 	defer c.t.scsi.End(tk.scsiTask)
-	defer func() { c.dataFree <- tk.slot }()
+	defer func() { c.DataFree <- tk.slot }()
 	var rw rdmarw.Ctx
 	base := tk.slot * slotLen
 	descs := tk.cmd.Descs
@@ -370,7 +220,7 @@ func (c *channel) run(tk task) {
 			return
 		}
 		var sum uint64
-		descs, sum = ParseDescTable(c.dataMR.Buf()[base+maxXfer:base+maxXfer+int(ext.Len)], tk.cmd.ExtCount, nil)
+		descs, sum = ParseDescTable(c.DataMR.Buf()[base+maxXfer:base+maxXfer+int(ext.Len)], tk.cmd.ExtCount, nil)
 		if sum != tk.cmd.Length || sum > maxXfer {
 			c.respond(tk.cmd.Tag, scsi.Result{Status: scsi.StatusCheckCondition, Sense: scsi.SenseInvalidFieldCDB}, 0, 0, nil)
 			return
@@ -420,7 +270,7 @@ func (c *channel) run(tk task) {
 				continue
 			}
 			x := new(rdmarw.Ctx)
-			if _, err := x.Init(c.qp, c.pd, []verbs.SGE{c.dataMR.SGE(base+off, n)}, 0, d.VA, d.Key, rdmarw.Write); err != nil {
+			if _, err := x.Init(c.QP, c.PD, []verbs.SGE{c.DataMR.SGE(base+off, n)}, 0, d.VA, d.Key, rdmarw.Write); err != nil {
 				c.failed(tk, err)
 				return
 			}
@@ -437,7 +287,7 @@ func (c *channel) run(tk task) {
 
 func (c *channel) failed(tk task, err error) {
 	if !tk.scsiTask.Aborted() && err != errClosing {
-		c.shutdown(err.Error())
+		c.Shutdown(err.Error())
 	}
 }
 
@@ -453,14 +303,13 @@ func (c *channel) respond(tag [8]byte, res scsi.Result, flags byte, diRes uint32
 }
 
 func (c *channel) send(fill func(b []byte) []byte, in []*rdmarw.Ctx) {
-	slot := <-c.sendFree
-	b := fill(c.sendMR.Buf()[slot*maxTIIU : (slot+1)*maxTIIU])
-	wr := verbs.SendWR{ID: wrSend | uint64(slot), Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
-		SGL: []verbs.SGE{c.sendMR.SGE(slot*maxTIIU, len(b))}}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closing {
-		c.sendFree <- slot
+	slot := <-c.SendFree
+	b := fill(c.SendBuf(slot))
+	wr := c.SendWR(slot, len(b))
+	c.Mu.Lock()
+	defer c.Mu.Unlock()
+	if c.Closing {
+		c.SendFree <- slot
 		return
 	}
 	var err error
@@ -475,11 +324,11 @@ func (c *channel) send(fill func(b []byte) []byte, in []*rdmarw.Ctx) {
 		}
 	}
 	if len(in) == 0 {
-		_, err = c.qp.PostSend([]verbs.SendWR{wr})
+		_, err = c.QP.PostSend([]verbs.SendWR{wr})
 	}
 	if err != nil {
-		c.sendFree <- slot
-		go c.shutdown(fmt.Sprintf("post: %v", err))
+		c.SendFree <- slot
+		go c.Shutdown(fmt.Sprintf("post: %v", err))
 	}
 }
 
@@ -494,7 +343,7 @@ func (c *channel) tmf(tm TskMgmt) {
 	tag := tm.Tag()
 	lun, ok := scsi.DecodeLUN(tm.LUN())
 	code := byte(tmfComplete)
-	done := closedCh
+	done := rdmatarget.Closed
 	switch fn := tm.Func(); {
 	case !ok:
 		code = tmfFailed
@@ -514,34 +363,11 @@ func (c *channel) tmf(tm TskMgmt) {
 	default:
 		code = tmfNotSupported
 	}
-	c.tasks.Add(1)
+	c.Tasks.Add(1)
 	go func() {
-		defer c.tasks.Done()
+		defer c.Tasks.Done()
 		<-done
 		resp := []byte{0, 0, 0, code}
 		c.send(func(b []byte) []byte { return PutRsp(b, tag, 1, 0, 0, 0, 0, resp, nil) }, nil)
 	}()
-}
-
-var closedCh = func() <-chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-// slotFrom takes a data buffer. An IU within the request limit can
-// arrive just before the task whose SRP_RSP returned the credit lets go
-// of its buffer (it posts the response first), so it waits a little;
-// that task needs nothing from the CQ worker any more, so the wait cannot
-// deadlock.
-func slotFrom(free chan int) (int, bool) {
-	select {
-	case s := <-free:
-		return s, true
-	default:
-	}
-	t := time.NewTimer(100 * time.Millisecond)
-	defer t.Stop()
-	select {
-	case s := <-free:
-		return s, true
-	case <-t.C:
-		return 0, false
-	}
 }

@@ -15,10 +15,10 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"sync"
 	"sync/atomic"
 
 	"softib/rdmacm"
+	"softib/storage/internal/rdmatarget"
 	"softib/storage/scsi"
 )
 
@@ -43,16 +43,10 @@ type Counters struct {
 
 // Target is an SRP target.
 type Target struct {
-	cfg   Config
-	m     *rdmacm.Manager
-	scsi  *scsi.Target
-	ch    *rdmacm.EventChannel
-	lis   *rdmacm.ID
-	mu    sync.Mutex
-	chans map[*channel]struct{}
-	wg    sync.WaitGroup
-	// served is closed when Serve returns (nil before Serve runs).
-	served chan struct{}
+	cfg  Config
+	m    *rdmacm.Manager
+	scsi *scsi.Target
+	l    rdmatarget.Listener
 	// Stats counts protocol events.
 	Stats Counters
 }
@@ -74,87 +68,22 @@ func NewTarget(cfg Config, m *rdmacm.Manager, st *scsi.Target) (*Target, error) 
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
-	return &Target{cfg: cfg, m: m, scsi: st, chans: map[*channel]struct{}{}}, nil
+	t := &Target{cfg: cfg, m: m, scsi: st}
+	t.l = rdmatarget.Listener{Prefix: "srp", Kind: "channel", Logf: cfg.Logf, SCSI: st}
+	return t, nil
 }
 
 // Addr returns the listen address.
 func (t *Target) Addr() netip.AddrPort { return t.cfg.Addr }
 
 // Listen starts the RDMA CM listener.
-func (t *Target) Listen() error {
-	t.ch = rdmacm.NewEventChannel()
-	lis, err := t.m.CreateID(t.ch, nil, rdmacm.PSTCP)
-	if err != nil {
-		return err
-	}
-	if err := lis.BindAddr(t.cfg.Addr); err != nil {
-		lis.Destroy()
-		return fmt.Errorf("srp: bind %v: %w", t.cfg.Addr, err)
-	}
-	if err := lis.Listen(64); err != nil {
-		lis.Destroy()
-		return err
-	}
-	t.lis = lis
-	return nil
-}
+func (t *Target) Listen() error { return t.l.Listen(t.m, t.cfg.Addr) }
 
 // Serve handles logins and channel events until ctx ends or Close.
-func (t *Target) Serve(ctx context.Context) error {
-	served := make(chan struct{})
-	t.mu.Lock()
-	t.served = served
-	t.mu.Unlock()
-	defer close(served)
-	for {
-		ev, err := t.ch.GetEvent(ctx)
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, rdmacm.ErrClosed) {
-				return nil
-			}
-			return err
-		}
-		switch ev.Type {
-		case rdmacm.EventConnectRequest:
-			t.login(ev)
-		case rdmacm.EventEstablished:
-			if c, ok := ev.ID.Context().(*channel); ok {
-				t.cfg.Logf("srp: channel from %v established", c.id.RemoteAddr())
-			}
-		case rdmacm.EventDisconnected, rdmacm.EventTimewaitExit, rdmacm.EventDeviceRemoval,
-			rdmacm.EventConnectError, rdmacm.EventUnreachable, rdmacm.EventRejected:
-			if c, ok := ev.ID.Context().(*channel); ok {
-				c.shutdown(fmt.Sprintf("RDMA CM %v", ev.Type))
-			}
-		}
-	}
-}
+func (t *Target) Serve(ctx context.Context) error { return t.l.Serve(ctx, t.login) }
 
 // Close stops the listener and tears every channel down.
 func (t *Target) Close() error {
-	if t.lis != nil {
-		t.lis.Destroy()
-	}
-	// Serve must be gone before the teardown: it starts connection
-	// teardowns (WaitGroup.Add) that the Wait below must not race.
-	if t.ch != nil {
-		t.ch.Close()
-	}
-	t.mu.Lock()
-	served := t.served
-	t.mu.Unlock()
-	if served != nil {
-		<-served
-	}
-	t.mu.Lock()
-	chans := make([]*channel, 0, len(t.chans))
-	for c := range t.chans {
-		chans = append(chans, c)
-	}
-	t.mu.Unlock()
-	for _, c := range chans {
-		c.shutdown("target closed")
-	}
-	t.wg.Wait()
+	t.l.Close()
 	return nil
 }

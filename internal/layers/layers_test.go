@@ -93,6 +93,8 @@ var rules = map[string][]string{
 	// What the SRP and iSER targets share: the RDMA CM listener, a
 	// connection's queues and teardown, RDMA READs through rdma_rw.
 	"softib/storage/internal/rdmatarget": with("softib/storage/scsi", "softib/rdmarw", "softib/rdmacm", "softib/verbs"),
+	// The iSER and SRP tests' rig (imported by tests only).
+	"softib/storage/internal/targettest": with("softib/storage/scsi", "softib/rdmacm", "softib/rxe"),
 	"softib/storage/...":                 with("softib/storage/scsi", "softib/storage/internal/rdmatarget", "softib/rdmarw", "softib/rdmacm", "softib/cm", "softib/verbs", "softib/wire/..."),
 
 	// Tools and the CLI may use any layer (the CLI is imported by nothing).

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"softib/storage/internal/targettest"
 	"softib/storage/scsi"
 )
 
@@ -12,47 +13,35 @@ import (
 // initiator over two rxe devices on loopback, queue depth 16, against a
 // file LUN; BenchmarkLocalFile reads the same kind of file directly.
 func BenchmarkISER(b *testing.B) {
-	for _, tc := range []struct {
-		name  string
-		bs    int
-		write bool
-		rand  bool
-	}{{"seq-read-128k", 128 << 10, false, false}, {"seq-write-128k", 128 << 10, true, false},
-		{"rand-read-4k", 4096, false, true}, {"rand-write-4k", 4096, true, true}} {
-		b.Run(tc.name, func(b *testing.B) {
+	for _, tc := range targettest.BenchCases {
+		b.Run(tc.Name, func(b *testing.B) {
 			e := newEnv(b, 4096, 32)
 			const size = 256 << 20
-			fb, err := scsi.OpenFile(filepath.Join(b.TempDir(), "lun"), size, false)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := e.st.AddLUN(1, fb, scsi.LUNConfig{MaxTransfer: maxBurst}); err != nil {
-				b.Fatal(err)
-			}
-			in := dialInitiator(b, e.m, e.b, e.tgt.Addr(), 16, tc.bs)
+			targettest.FileLUN(b, e.st, 1, size, maxBurst)
+			in := dialInitiator(b, e.m, e.b, e.tgt.Addr(), 16, tc.BS)
 			if st, _ := in.login(testIQN); st != 0 {
 				b.Fatal(st)
 			}
-			blocks := uint32(tc.bs / 512)
-			nblk := uint32(size / tc.bs)
+			blocks := uint32(tc.BS / 512)
+			nblk := uint32(size / tc.BS)
 			r := rand.New(rand.NewPCG(1, 2))
-			data := make([]byte, tc.bs)
+			data := make([]byte, tc.BS)
 			cmds := make([]*cmd, 64)
-			b.SetBytes(int64(tc.bs))
+			b.SetBytes(int64(tc.BS))
 			b.ResetTimer()
 			for done, i := 0, uint32(0); done < b.N; {
 				n := min(len(cmds), b.N-done)
 				for k := range n {
 					idx := i % nblk
-					if tc.rand {
+					if tc.Rand {
 						idx = r.Uint32N(nblk)
 					}
 					i++
 					c := &cmd{}
-					if tc.write {
+					if tc.Write {
 						c.cdb, c.write, c.imm = rw10(scsi.OpWrite10, idx*blocks, uint16(blocks)), data, 8192
 					} else {
-						c.cdb, c.read = rw10(scsi.OpRead10, idx*blocks, uint16(blocks)), tc.bs
+						c.cdb, c.read = rw10(scsi.OpRead10, idx*blocks, uint16(blocks)), tc.BS
 					}
 					cmds[k] = c
 				}

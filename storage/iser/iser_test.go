@@ -2,8 +2,6 @@ package iser
 
 import (
 	"bytes"
-	"context"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -12,7 +10,7 @@ import (
 
 	"softib/internal/verbstest"
 	"softib/rdmacm"
-	"softib/rxe"
+	"softib/storage/internal/targettest"
 	"softib/storage/scsi"
 )
 
@@ -28,16 +26,8 @@ const testIQN = "iqn.2026-11.org.softib:test"
 
 func newEnv(t testing.TB, size int64, window int) *env {
 	t.Helper()
-	n := verbstest.Loopback()
-	e := &env{m: rdmacm.NewManager(rdmacm.Config{}), iqn: testIQN}
-	t.Cleanup(func() { e.m.Close() })
-	for _, p := range []*netip.Addr{&e.a, &e.b} {
-		d := n.Open(t, rxe.Config{})
-		if err := e.m.AddDevice(d); err != nil {
-			t.Fatal(err)
-		}
-		*p = d.Addr().Addr()
-	}
+	e := &env{iqn: testIQN}
+	e.m, e.a, e.b = targettest.Net(t, verbstest.Loopback().Open)
 	e.st = scsi.NewTarget()
 	if _, err := e.st.AddLUN(0, scsi.NewMemBackend(size), scsi.LUNConfig{MaxTransfer: maxBurst}); err != nil {
 		t.Fatal(err)
@@ -47,24 +37,13 @@ func newEnv(t testing.TB, size int64, window int) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tgt.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { tgt.Serve(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); tgt.Close(); <-done })
+	targettest.Serve(t, tgt)
 	e.tgt = tgt
 	return e
 }
 
-func rw10(op byte, lba uint32, n uint16) []byte {
-	c := make([]byte, 16)
-	c[0] = op
-	binary.BigEndian.PutUint32(c[2:], lba)
-	binary.BigEndian.PutUint16(c[7:], n)
-	return c
-}
+// rw10 is the tests' READ(10)/WRITE(10) CDB.
+var rw10 = targettest.RW10
 
 func TestLoginAndIO(t *testing.T) {
 	e := newEnv(t, 8<<20, 16)

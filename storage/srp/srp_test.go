@@ -11,7 +11,7 @@ import (
 
 	"softib/internal/verbstest"
 	"softib/rdmacm"
-	"softib/rxe"
+	"softib/storage/internal/targettest"
 	"softib/storage/scsi"
 	"softib/verbs"
 )
@@ -192,42 +192,21 @@ func (in *initiator) do(iu []byte) []byte {
 	return r
 }
 
-func rw10(op byte, lba uint32, n uint16) []byte {
-	c := make([]byte, 16)
-	c[0] = op
-	binary.BigEndian.PutUint32(c[2:], lba)
-	binary.BigEndian.PutUint16(c[7:], n)
-	return c
-}
+// rw10 is the tests' READ(10)/WRITE(10) CDB.
+var rw10 = targettest.RW10
 
 func newEnv(t testing.TB) (*rdmacm.Manager, netip.Addr, *Target, *scsi.Target) {
-	n := verbstest.Loopback()
-	m := rdmacm.NewManager(rdmacm.Config{})
-	t.Cleanup(func() { m.Close() })
-	var addrs []netip.Addr
-	for range 2 {
-		d := n.Open(t, rxe.Config{})
-		if err := m.AddDevice(d); err != nil {
-			t.Fatal(err)
-		}
-		addrs = append(addrs, d.Addr().Addr())
-	}
+	m, a, src := targettest.Net(t, verbstest.Loopback().Open)
 	st := scsi.NewTarget()
 	if _, err := st.AddLUN(0, scsi.NewMemBackend(8<<20), scsi.LUNConfig{MaxTransfer: maxXfer}); err != nil {
 		t.Fatal(err)
 	}
-	tgt, err := NewTarget(Config{Addr: netip.AddrPortFrom(addrs[0], 0), Credits: 16, Logf: t.Logf}, m, st)
+	tgt, err := NewTarget(Config{Addr: netip.AddrPortFrom(a, 0), Credits: 16, Logf: t.Logf}, m, st)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tgt.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { tgt.Serve(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); tgt.Close(); <-done })
-	return m, addrs[1], tgt, st
+	targettest.Serve(t, tgt)
+	return m, src, tgt, st
 }
 
 func TestLoginIOAndTMF(t *testing.T) {

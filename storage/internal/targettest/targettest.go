@@ -1,0 +1,89 @@
+// Package targettest is the test rig the iSER and SRP target tests
+// share: two Soft-RoCE devices on a loopback network under one RDMA CM
+// manager, a target served for the length of a test, file LUNs, and
+// the fio-like benchmark patterns. Only tests import it.
+package targettest
+
+import (
+	"context"
+	"encoding/binary"
+	"net/netip"
+	"path/filepath"
+	"testing"
+
+	"softib/rdmacm"
+	"softib/rxe"
+	"softib/storage/scsi"
+)
+
+// Net returns an RDMA CM manager with two rxe devices that open makes
+// (verbstest.Loopback().Open: unique addresses per test binary; the
+// harness is the tests' to import): the target listens on a, the
+// initiator dials from b. The test's end closes them.
+func Net(t testing.TB, open func(testing.TB, rxe.Config) *rxe.Device) (m *rdmacm.Manager, a, b netip.Addr) {
+	t.Helper()
+	m = rdmacm.NewManager(rdmacm.Config{})
+	t.Cleanup(func() { m.Close() })
+	for _, p := range []*netip.Addr{&a, &b} {
+		d := open(t, rxe.Config{})
+		if err := m.AddDevice(d); err != nil {
+			t.Fatal(err)
+		}
+		*p = d.Addr().Addr()
+	}
+	return m, a, b
+}
+
+// Target is an iSER or SRP target.
+type Target interface {
+	Listen() error
+	Serve(ctx context.Context) error
+	Close() error
+}
+
+// Serve starts tgt's listener and serves it until the test ends.
+func Serve(t testing.TB, tgt Target) {
+	t.Helper()
+	if err := tgt.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { tgt.Serve(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); tgt.Close(); <-done })
+}
+
+// FileLUN adds LUN lun to st on a size-byte file in the test's temporary
+// directory.
+func FileLUN(t testing.TB, st *scsi.Target, lun uint64, size int64, maxTransfer uint32) {
+	t.Helper()
+	fb, err := scsi.OpenFile(filepath.Join(t.TempDir(), "lun"), size, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.AddLUN(lun, fb, scsi.LUNConfig{MaxTransfer: maxTransfer}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// RW10 returns a 16-byte CDB buffer with READ(10) or WRITE(10) (op) of
+// n blocks at lba.
+func RW10(op byte, lba uint32, n uint16) []byte {
+	c := make([]byte, 16)
+	c[0] = op
+	binary.BigEndian.PutUint32(c[2:], lba)
+	binary.BigEndian.PutUint16(c[7:], n)
+	return c
+}
+
+// BenchCase is one fio-like pattern: BS-byte reads or writes,
+// sequential or random.
+type BenchCase struct {
+	Name        string
+	BS          int
+	Write, Rand bool
+}
+
+// BenchCases are the patterns the target benchmarks run.
+var BenchCases = []BenchCase{{"seq-read-128k", 128 << 10, false, false}, {"seq-write-128k", 128 << 10, true, false},
+	{"rand-read-4k", 4096, false, true}, {"rand-write-4k", 4096, true, true}}

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"softib/internal/testaddr"
 	"softib/tools/demo"
-	"softib/tools/loopaddr"
 )
 
 // demoStdout runs the demo with os.Stdout captured.
@@ -31,7 +31,7 @@ func demoStdout(t *testing.T, args ...string) (int, string) {
 func demoAddrs(n int) string {
 	var s []string
 	for range n {
-		s = append(s, loopaddr.Next().String())
+		s = append(s, testaddr.Next().String())
 	}
 	return strings.Join(s, ",")
 }
@@ -74,7 +74,7 @@ func TestDemoCLITable(t *testing.T) {
 }
 
 func TestDemoCLIRDMAOnly(t *testing.T) {
-	code, out := demoStdout(t, "--rdma", "--short", "--addr-a", loopaddr.Next().String(), "--addr-b", loopaddr.Next().String())
+	code, out := demoStdout(t, "--rdma", "--short", "--addr-a", testaddr.Next().String(), "--addr-b", testaddr.Next().String())
 	if code != 0 || !strings.Contains(out, "softib demo --rdma: rxe0") || !strings.Contains(out, "send_lat") {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}

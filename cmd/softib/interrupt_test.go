@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"softib/tools/loopaddr"
+	"softib/internal/testaddr"
 )
 
 // lockedBuf is a goroutine-safe output buffer for a child process.
@@ -85,10 +85,10 @@ func exitCode(t *testing.T, cmd *exec.Cmd) int {
 func TestCLIPerfInterrupt(t *testing.T) {
 	bin := buildSoftib(t)
 	port := freePort(t)
-	srv := loopaddr.Next().String()
+	srv := testaddr.Next().String()
 	_, sout, _ := startProc(t, bin, "write_bw", "--addr", srv, "-p", port, "-n", "100000000", "-s", "4096")
 	waitFor(t, "server", sout, "Waiting for client")
-	cli, cout, cerr := startProc(t, bin, "write_bw", "--addr", loopaddr.Next().String(), "-p", port, "-n", "100000000", "-s", "4096", srv)
+	cli, cout, cerr := startProc(t, bin, "write_bw", "--addr", testaddr.Next().String(), "-p", port, "-n", "100000000", "-s", "4096", srv)
 	waitFor(t, "client", cout, "#bytes")
 	time.Sleep(300 * time.Millisecond) // let some messages complete: not asserted on
 	if err := cli.Process.Signal(os.Interrupt); err != nil {
@@ -126,10 +126,10 @@ func startLnetd(t *testing.T, bin, ip, port string) (*exec.Cmd, string) {
 func TestCLILstInterrupt(t *testing.T) {
 	bin := buildSoftib(t)
 	port := freePort(t)
-	a, b := loopaddr.Next().String(), loopaddr.Next().String()
+	a, b := testaddr.Next().String(), testaddr.Next().String()
 	startLnetd(t, bin, a, port)
 	startLnetd(t, bin, b, port)
-	lst, out, errb := startProc(t, bin, "lst", "quick", "--if", loopaddr.Next().String(), "--port", port,
+	lst, out, errb := startProc(t, bin, "lst", "quick", "--if", testaddr.Next().String(), "--port", port,
 		"--from", a+"@tcp", "--to", b+"@tcp", "--seconds", "60", "--delay", "0.2", "brw", "write", "size=64K")
 	waitFor(t, "lst", out, "[LNet Rates of clients]")
 	if err := lst.Process.Signal(os.Interrupt); err != nil {
@@ -144,7 +144,7 @@ func TestCLILstInterrupt(t *testing.T) {
 // and removes its control socket when it ends.
 func TestCLILnetdSignals(t *testing.T) {
 	bin := buildSoftib(t)
-	d, sock := startLnetd(t, bin, loopaddr.Next().String(), freePort(t))
+	d, sock := startLnetd(t, bin, testaddr.Next().String(), freePort(t))
 	if err := d.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
@@ -167,9 +167,9 @@ func TestCLILnetdSignals(t *testing.T) {
 // FAILED, and exits 130.
 func TestCLIDemoInterrupt(t *testing.T) {
 	bin := buildSoftib(t)
-	nodes := []string{loopaddr.Next().String(), loopaddr.Next().String(), loopaddr.Next().String()}
+	nodes := []string{testaddr.Next().String(), testaddr.Next().String(), testaddr.Next().String()}
 	d, out, errb := startProc(t, bin, "demo", "--addrs", strings.Join(nodes, ","), "--port", "0",
-		"--addr-a", loopaddr.Next().String(), "--addr-b", loopaddr.Next().String())
+		"--addr-a", testaddr.Next().String(), "--addr-b", testaddr.Next().String())
 	deadline := time.Now().Add(netnsGuard)
 	for errb.String() == "" && out.String() == "" { // the progress bar has started
 		if time.Now().After(deadline) {
@@ -191,7 +191,7 @@ func TestCLIDemoInterrupt(t *testing.T) {
 // unconfigure (every net but lo goes).
 func TestCLILnetctlLnet(t *testing.T) {
 	bin := buildSoftib(t)
-	ip := loopaddr.Next().String()
+	ip := testaddr.Next().String()
 	_, sock := startLnetd(t, bin, ip, freePort(t))
 	ctl := func(args ...string) (int, string, string) {
 		return runBin(t, bin, append([]string{"lnetctl", "--socket", sock}, args...)...)
@@ -216,7 +216,7 @@ func TestCLILnetctlLnet(t *testing.T) {
 // TestCLILnetPingJSON: softib lnet ping --json through an lnetd.
 func TestCLILnetPingJSON(t *testing.T) {
 	bin := buildSoftib(t)
-	ip := loopaddr.Next().String()
+	ip := testaddr.Next().String()
 	_, sock := startLnetd(t, bin, ip, freePort(t))
 	code, out, errs := runBin(t, bin, "lnet", "ping", ip+"@tcp", "-c", "2", "-i", "10ms", "--timeout", "5", "--socket", sock, "--json")
 	var doc struct {
@@ -237,10 +237,10 @@ func TestCLILnetPingJSON(t *testing.T) {
 func TestCLIPerfRunInfinitely(t *testing.T) {
 	bin := buildSoftib(t)
 	port := freePort(t)
-	srv := loopaddr.Next().String()
+	srv := testaddr.Next().String()
 	_, sout, _ := startProc(t, bin, "write_bw", "--addr", srv, "-p", port, "-q", "2", "--run_infinitely", "-D", "1")
 	waitFor(t, "server", sout, "Waiting for client")
-	cli, cout, cerr := startProc(t, bin, "write_bw", "--addr", loopaddr.Next().String(), "-p", port, "-q", "2",
+	cli, cout, cerr := startProc(t, bin, "write_bw", "--addr", testaddr.Next().String(), "-p", port, "-q", "2",
 		"--run_infinitely", "-D", "1", "--report-both", srv)
 	waitFor(t, "client", cout, "QP 2") // the first interval's per-QP rows
 	if err := cli.Process.Signal(os.Interrupt); err != nil {
@@ -255,7 +255,7 @@ func TestCLIPerfRunInfinitely(t *testing.T) {
 // listed by debug recovery, in Lustre's shape.
 func TestCLILnetctlDebugRecovery(t *testing.T) {
 	bin := buildSoftib(t)
-	ip, peer := loopaddr.Next().String(), loopaddr.Next().String()
+	ip, peer := testaddr.Next().String(), testaddr.Next().String()
 	_, sock := startLnetd(t, bin, ip, freePort(t))
 	ctl := func(args ...string) string {
 		t.Helper()

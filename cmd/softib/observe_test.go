@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"softib/internal/pcap"
+	"softib/internal/testaddr"
 	"softib/internal/tsharktest"
-	"softib/tools/loopaddr"
 	"softib/tools/stat"
 	"softib/wire/roce"
 )
@@ -35,7 +35,7 @@ func TestCLIObserve(t *testing.T) {
 	t.Setenv("XDG_RUNTIME_DIR", dir) // the processes' control sockets go here
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	sa, ca := loopaddr.Next().String(), loopaddr.Next().String()
+	sa, ca := testaddr.Next().String(), testaddr.Next().String()
 	port := freePort(t)
 	spcap, cpcap := filepath.Join(dir, "server.pcap"), filepath.Join(dir, "client.pcap")
 

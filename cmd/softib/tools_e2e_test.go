@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"softib/tools/loopaddr"
+	"softib/internal/testaddr"
 	"softib/tools/perftest"
 	"softib/tools/pingpong"
 )
@@ -32,9 +32,9 @@ func freePort(t *testing.T) string {
 func runServerClient(t *testing.T, run func([]string) int, args ...string) (srv, cli int) {
 	t.Helper()
 	port := freePort(t)
-	srvAddr := loopaddr.Next().String()
+	srvAddr := testaddr.Next().String()
 	sargs := append([]string{"--addr", srvAddr, "-p", port}, args...)
-	cargs := append([]string{"--addr", loopaddr.Next().String(), "-p", port}, args...)
+	cargs := append([]string{"--addr", testaddr.Next().String(), "-p", port}, args...)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -79,7 +79,7 @@ func TestCLIEndToEnd(t *testing.T) {
 			}
 		})
 	}
-	if code := runDevinfo([]string{"--addr", loopaddr.Next().String(), "-v"}); code != 0 {
+	if code := runDevinfo([]string{"--addr", testaddr.Next().String(), "-v"}); code != 0 {
 		t.Fatalf("devinfo exit %d", code)
 	}
 }
@@ -88,9 +88,9 @@ func TestCLIDemoShort(t *testing.T) {
 	// Every address of this test binary's own (the LNet nodes' rxe
 	// devices bind UDP 4791 on them, the sweep's too): another softib
 	// on 127.0.0.2-4 does not collide. --port 0 takes a free port.
-	nodes := []string{loopaddr.Next().String(), loopaddr.Next().String(), loopaddr.Next().String()}
+	nodes := []string{testaddr.Next().String(), testaddr.Next().String(), testaddr.Next().String()}
 	args := []string{"--short", "--json", "--addrs", strings.Join(nodes, ","),
-		"--addr-a", loopaddr.Next().String(), "--addr-b", loopaddr.Next().String()}
+		"--addr-a", testaddr.Next().String(), "--addr-b", testaddr.Next().String()}
 	if code := runDemo(args); code != 0 {
 		t.Fatalf("demo exit %d", code)
 	}
@@ -101,7 +101,7 @@ func TestCLIDemoShort(t *testing.T) {
 // --addr.
 func TestCLIServersShareTCPPort(t *testing.T) {
 	port := freePort(t)
-	srvA, srvB := loopaddr.Next().String(), loopaddr.Next().String()
+	srvA, srvB := testaddr.Next().String(), testaddr.Next().String()
 	run := func(a []string) int { return runPerf(perftest.WriteBW, a) }
 	codes := make([]int, 2)
 	var wg sync.WaitGroup
@@ -115,7 +115,7 @@ func TestCLIServersShareTCPPort(t *testing.T) {
 	for _, srv := range []string{srvA, srvB} {
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			cli := run([]string{"--addr", loopaddr.Next().String(), "-p", port, "-n", "20", "--json", srv})
+			cli := run([]string{"--addr", testaddr.Next().String(), "-p", port, "-n", "20", "--json", srv})
 			if cli == 0 {
 				break
 			}
@@ -137,7 +137,7 @@ func TestCLIPerfFlags(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "out.json")
 	run := func(a []string) int { return runPerf(perftest.WriteBW, a) }
 	port := freePort(t)
-	srv := loopaddr.Next().String()
+	srv := testaddr.Next().String()
 	var wg sync.WaitGroup
 	var scode int
 	wg.Add(1)
@@ -147,7 +147,7 @@ func TestCLIPerfFlags(t *testing.T) {
 	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		code := run([]string{"--addr", loopaddr.Next().String(), "-p", port, "-n", "50", "-s", "512", "-I", "256", "-S", "3", "-N", "--out_json_file", file, srv})
+		code := run([]string{"--addr", testaddr.Next().String(), "-p", port, "-n", "50", "-s", "512", "-I", "256", "-S", "3", "-N", "--out_json_file", file, srv})
 		if code == 0 {
 			break
 		}
@@ -183,7 +183,7 @@ func TestCLIPerfFlags(t *testing.T) {
 // TestCLIRpingJSON: rping -s / -c with --json.
 func TestCLIRpingJSON(t *testing.T) {
 	port := freePort(t)
-	srv := loopaddr.Next().String()
+	srv := testaddr.Next().String()
 	var wg sync.WaitGroup
 	var scode int
 	wg.Add(1)
@@ -206,7 +206,7 @@ func TestCLIRpingJSON(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	for {
-		code := runRping([]string{"-c", "-a", srv, "-I", loopaddr.Next().String(), "-p", port, "-C", "3", "-V", "--json"})
+		code := runRping([]string{"-c", "-a", srv, "-I", testaddr.Next().String(), "-p", port, "-C", "3", "-V", "--json"})
 		if code == 0 {
 			break
 		}

@@ -3,14 +3,14 @@ package main
 import (
 	"testing"
 
-	"softib/tools/loopaddr"
+	"softib/internal/testaddr"
 	"softib/tools/pingpong"
 )
 
 func TestCLIHelpAndErrors(t *testing.T) {
 	// An RDMA CM client whose server is not there is rejected (no
 	// listener) and exits 1.
-	noServer := loopaddr.Next().String()
+	noServer := testaddr.Next().String()
 	for _, c := range []struct {
 		run  func([]string) int
 		args []string
@@ -36,7 +36,7 @@ func TestCLIHelpAndErrors(t *testing.T) {
 // (not taken for "the default"), a -q the device cannot hold fails before
 // any connection, naming -q.
 func TestCLIInputChecks(t *testing.T) {
-	nowhere := loopaddr.Next().String() // no server: a check that passes would fail later, with another message
+	nowhere := testaddr.Next().String() // no server: a check that passes would fail later, with another message
 	for _, c := range []struct {
 		run  func([]string) int
 		args []string
@@ -51,7 +51,7 @@ func TestCLIInputChecks(t *testing.T) {
 		{runPerfDispatch, []string{"write_lat", "-w", "100", nowhere}, 2},
 		{runPerfDispatch, []string{"write_bw", "-U", nowhere}, 2},
 		{runPerfDispatch, []string{"send_bw", "--run_infinitely", nowhere}, 2},
-		{runPerfDispatch, []string{"write_bw", "--addr", loopaddr.Next().String(), "-q", "100000", nowhere}, 1},
+		{runPerfDispatch, []string{"write_bw", "--addr", testaddr.Next().String(), "-q", "100000", nowhere}, 1},
 		{func(a []string) int { return runPingpong(pingpong.RC, a) }, []string{"-s", "0", nowhere}, 2},
 		{func(a []string) int { return runPingpong(pingpong.UD, a) }, []string{"-n", "0", nowhere}, 2},
 	} {

@@ -208,6 +208,21 @@ func postRecv(t *testing.T, qp verbs.QP, id uint64, sge ...verbs.SGE) {
 	}
 }
 
+// fence orders b's memory with this goroutine: a zero-length SEND from a
+// to b and b's receive completion. A provider writes remote memory (WRITE,
+// atomics) and reads it (READ) on goroutines of its own, in step with the
+// peer only through the network, which the race detector cannot see; b's
+// receive completion is made after everything a sent before it. Fence
+// after filling memory a peer will read, and before checking memory a peer
+// wrote.
+func fence(t *testing.T, a, b *end) {
+	t.Helper()
+	postRecv(t, b.qp, 0xfe)
+	post(t, a.qp, verbs.SendWR{ID: 0xfe, Opcode: verbs.WRSend, Flags: verbs.SendSignaled})
+	waitOK(t, a.scq, verbs.WCSend)
+	waitOK(t, b.rcq, verbs.WCRecv)
+}
+
 func fill(b []byte, seed byte) {
 	for i := range b {
 		b[i] = seed + byte(i*7)
@@ -251,6 +266,7 @@ func testRCWriteRead(t *testing.T, p Pair) {
 	post(t, a.qp, verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.mr.SGE(0, 40000)},
 		RemoteAddr: b.mr.Addr() + 100, RKey: b.mr.RKey()})
 	waitOK(t, a.scq, verbs.WCRDMAWrite)
+	fence(t, a, b)
 	if !bytes.Equal(b.mr.Buf()[100:40100], a.mr.Buf()[:40000]) {
 		t.Fatal("RDMA WRITE: data differs")
 	}
@@ -263,6 +279,7 @@ func testRCWriteRead(t *testing.T, p Pair) {
 		t.Fatalf("WRITE_WITH_IMM completion %+v", wc)
 	}
 	fill(b.mr.Buf()[50000:], 11)
+	fence(t, a, b)
 	post(t, a.qp, verbs.SendWR{ID: 3, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.mr.SGE(1000, 15000)},
 		RemoteAddr: b.mr.Addr() + 50000, RKey: b.mr.RKey()})
 	if wc := waitOK(t, a.scq, verbs.WCRDMARead); wc.ByteLen != 15000 {
@@ -280,15 +297,19 @@ func testRCAtomics(t *testing.T, p Pair) {
 		t.Skipf("%s has no atomics", b.dev.Name())
 	}
 	binary.LittleEndian.PutUint64(b.mr.Buf()[8:], 40)
+	fence(t, a, b)
 	post(t, a.qp, verbs.SendWR{ID: 1, Opcode: verbs.WRAtomicFetchAndAdd, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.mr.SGE(0, 8)},
 		RemoteAddr: b.mr.Addr() + 8, RKey: b.mr.RKey(), CompareAdd: 2})
 	waitOK(t, a.scq, verbs.WCFetchAdd)
+	fence(t, a, b)
 	if old, now := binary.LittleEndian.Uint64(a.mr.Buf()), binary.LittleEndian.Uint64(b.mr.Buf()[8:]); old != 40 || now != 42 {
 		t.Fatalf("FETCH_ADD: returned %d, memory %d", old, now)
 	}
+	fence(t, a, b) // the check read b's memory, which the CMP_SWP writes next
 	post(t, a.qp, verbs.SendWR{ID: 2, Opcode: verbs.WRAtomicCmpAndSwp, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.mr.SGE(16, 8)},
 		RemoteAddr: b.mr.Addr() + 8, RKey: b.mr.RKey(), CompareAdd: 42, Swap: 1000})
 	waitOK(t, a.scq, verbs.WCCompSwap)
+	fence(t, a, b)
 	if old, now := binary.LittleEndian.Uint64(a.mr.Buf()[16:]), binary.LittleEndian.Uint64(b.mr.Buf()[8:]); old != 42 || now != 1000 {
 		t.Fatalf("CMP_SWP: returned %d, memory %d", old, now)
 	}

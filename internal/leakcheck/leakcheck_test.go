@@ -12,10 +12,14 @@ func TestFindsLeak(t *testing.T) {
 	before := ids(snapshot())
 	stop := make(chan struct{})
 	done := make(chan struct{})
+	started := make(chan struct{})
 	go func() {
 		defer close(done)
-		blockedForLeakTest(stop)
+		blockedForLeakTest(started, stop)
 	}()
+	// Once started is closed the goroutine's stack has the function,
+	// whether or not it has reached the receive yet.
+	<-started
 	left := leaked(before, 50*time.Millisecond)
 	if len(left) != 1 || !strings.Contains(left[0].stack, "blockedForLeakTest") {
 		t.Fatalf("leaked %v, want the one blocked goroutine", left)
@@ -27,7 +31,10 @@ func TestFindsLeak(t *testing.T) {
 	}
 }
 
-func blockedForLeakTest(stop chan struct{}) { <-stop }
+func blockedForLeakTest(started, stop chan struct{}) {
+	close(started)
+	<-stop
+}
 
 // TestIgnoresFramework: the test's own goroutine and its parents are not
 // leaks.

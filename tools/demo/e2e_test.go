@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"softib/internal/testaddr"
 	_ "softib/rxe"
 	"softib/tools/demo"
-	"softib/tools/loopaddr"
 )
 
 func TestSweepShort(t *testing.T) {
-	cfg := demo.Config{AddrA: loopaddr.Next(), AddrB: loopaddr.Next(), Short: true, RunTimeout: 20 * time.Second}
+	cfg := demo.Config{AddrA: testaddr.Next(), AddrB: testaddr.Next(), Short: true, RunTimeout: 20 * time.Second}
 	if testing.Short() {
 		cfg.Sizes = []int{8, 4096}
 	}

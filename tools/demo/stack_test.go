@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"softib/internal/testaddr"
 	"softib/tools/demo"
-	"softib/tools/loopaddr"
 )
 
 // hangGuard bounds a whole demo run; it guards against hangs only.
@@ -20,7 +20,7 @@ const hangGuard = 2 * time.Minute
 func addrs(n int) []netip.Addr {
 	var out []netip.Addr
 	for range n {
-		out = append(out, loopaddr.Next())
+		out = append(out, testaddr.Next())
 	}
 	return out
 }

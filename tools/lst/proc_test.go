@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"softib/internal/testaddr"
 	"softib/lnet/selftest"
-	"softib/tools/loopaddr"
 )
 
 // hangGuard bounds waits; it is a guard against hangs, not a timing check.
@@ -30,7 +30,7 @@ const hangGuard = 90 * time.Second
 func addrs(n int) []string {
 	var out []string
 	for range n {
-		out = append(out, loopaddr.Next().String())
+		out = append(out, testaddr.Next().String())
 	}
 	return out
 }

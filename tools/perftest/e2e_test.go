@@ -9,15 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"softib/internal/testaddr"
 	_ "softib/rxe"
-	"softib/tools/loopaddr"
 	"softib/tools/perftest"
 	"softib/verbs"
 )
 
 func openDev(t *testing.T) verbs.Device {
 	t.Helper()
-	d, err := verbs.Open(verbs.DeviceConfig{Addr: loopaddr.Next()})
+	d, err := verbs.Open(verbs.DeviceConfig{Addr: testaddr.Next()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"softib/internal/testaddr"
 	"softib/rdmacm"
 	_ "softib/rxe"
-	"softib/tools/loopaddr"
 	"softib/tools/perftest"
 	"softib/tools/perftestcm"
 	"softib/verbs"
@@ -20,7 +20,7 @@ import (
 
 func openDev(t *testing.T) (verbs.Device, string) {
 	t.Helper()
-	a := loopaddr.Next()
+	a := testaddr.Next()
 	d, err := verbs.Open(verbs.DeviceConfig{Addr: a})
 	if err != nil {
 		t.Fatal(err)

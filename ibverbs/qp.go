@@ -79,7 +79,20 @@ func (s *sendStage) post(q *C.struct_ibv_qp, ud bool, wrs []verbs.SendWR) (int, 
 			case verbs.WRLocalInv, verbs.WRSendWithInv:
 				d.imm_or_inv = C.uint32_t(w.InvalidateRKey)
 			case verbs.WRBindMW:
-				return done + i, fmt.Errorf("%w: BIND_MW through the ibverbs provider", verbs.ErrNotSupported)
+				b := &w.BindMW
+				m, ok1 := b.MW.(*mw)
+				r, ok2 := b.Bind.MR.(*mr)
+				if !ok1 || !ok2 || m.typ != verbs.MWType2 {
+					return done + i, fmt.Errorf("%w: BIND_MW needs a type 2 window and an MR of this device", verbs.ErrInvalidArgument)
+				}
+				d.mw = C.uintptr_t(uintptr(unsafe.Pointer(m.mw)))
+				d.bind_mr = C.uintptr_t(uintptr(unsafe.Pointer(r.mr)))
+				d.bind_addr = C.uint64_t(b.Bind.Addr)
+				d.bind_len = C.uint64_t(b.Bind.Length)
+				d.bind_access = C.uint32_t(b.Bind.Access)
+				// The window answers to this key once the bind executes
+				// (libibverbs keeps the allocation's key in ibv_mw).
+				m.setBinding(b.Bind, b.RKey)
 			default:
 				// libibverbs wants immediate data in network order.
 				v := w.ImmData
@@ -87,6 +100,9 @@ func (s *sendStage) post(q *C.struct_ibv_qp, ud bool, wrs []verbs.SendWR) (int, 
 			}
 			d.remote_addr = C.uint64_t(w.RemoteAddr)
 			d.rkey = C.uint32_t(w.RKey)
+			if w.Opcode == verbs.WRBindMW {
+				d.rkey = C.uint32_t(w.BindMW.RKey)
+			}
 			d.compare_add = C.uint64_t(w.CompareAdd)
 			d.swap = C.uint64_t(w.Swap)
 			if ud {

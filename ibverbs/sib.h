@@ -25,6 +25,12 @@ typedef struct {
 	uint32_t sge_off;
 	uint32_t opcode;
 	uint32_t flags;
+	// BIND_MW: the window, the MR and the range.
+	uintptr_t mw;
+	uintptr_t bind_mr;
+	uint64_t bind_addr;
+	uint64_t bind_len;
+	uint32_t bind_access;
 } sib_swr;
 
 typedef struct {
@@ -65,6 +71,14 @@ static inline int sib_post_send(struct ibv_qp *qp, sib_swr *w, int n, struct ibv
 		else
 			d->imm_data = w[i].imm_or_inv;
 		switch (w[i].opcode) {
+		case IBV_WR_BIND_MW:
+			d->bind_mw.mw = (struct ibv_mw *)w[i].mw;
+			d->bind_mw.rkey = w[i].rkey;
+			d->bind_mw.bind_info.mr = (struct ibv_mr *)w[i].bind_mr;
+			d->bind_mw.bind_info.addr = w[i].bind_addr;
+			d->bind_mw.bind_info.length = w[i].bind_len;
+			d->bind_mw.bind_info.mw_access_flags = w[i].bind_access;
+			break;
 		case IBV_WR_ATOMIC_CMP_AND_SWP:
 		case IBV_WR_ATOMIC_FETCH_AND_ADD:
 			d->wr.atomic.remote_addr = w[i].remote_addr;
@@ -124,6 +138,20 @@ static inline int sib_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *tmp, sib_
 		d->dlid_path_bits = s->dlid_path_bits;
 	}
 	return got;
+}
+
+// sib_bind_mw binds a type 1 window (ibv_bind_mw); it returns an errno.
+static inline int sib_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, uint64_t wr_id, unsigned int flags,
+		struct ibv_mr *mr, uint64_t addr, uint64_t len, unsigned int access) {
+	struct ibv_mw_bind b;
+	memset(&b, 0, sizeof(b));
+	b.wr_id = wr_id;
+	b.send_flags = flags;
+	b.bind_info.mr = mr;
+	b.bind_info.addr = addr;
+	b.bind_info.length = len;
+	b.bind_info.mw_access_flags = access;
+	return ibv_bind_mw(qp, mw, &b);
 }
 
 static inline int sib_req_notify(struct ibv_cq *cq, int solicited) { return ibv_req_notify_cq(cq, solicited); }

@@ -36,6 +36,8 @@ func Run(t *testing.T, open func(t *testing.T) Pair) {
 		{"RCAtomics", testRCAtomics},
 		{"RCRemoteAccessError", testRCRemoteAccess},
 		{"RCSRQ", testRCSRQ},
+		{"MemoryWindowType2", testMWType2},
+		{"MemoryWindowType1", testMWType1},
 		{"UDSendRecv", testUD},
 		{"CompletionChannel", testChannel},
 		{"Drain", testDrain},
@@ -478,5 +480,74 @@ func testIllegal(t *testing.T, p Pair) {
 	}
 	if _, err := a.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRSend}}); err == nil {
 		t.Fatal("PostSend in RESET accepted")
+	}
+}
+
+const mwAccess = allAccess | verbs.AccessMWBind
+
+// testMWType2 binds a type 2 window with a BIND_MW work request, lets the
+// peer WRITE through it, invalidates it with LOCAL_INV, and checks that the
+// peer's next WRITE fails with REM_ACCESS_ERR.
+func testMWType2(t *testing.T, p Pair) {
+	a, b := newEnd(t, p.A, verbs.QPTypeRC, false, allAccess), newEnd(t, p.B, verbs.QPTypeRC, false, mwAccess)
+	connectRC(t, p, a, b, allAccess)
+	w, err := verbs.AllocMW(b.pd, verbs.MWType2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Dealloc()
+	rkey := verbs.IncKey(w.RKey())
+	post(t, b.qp, verbs.SendWR{ID: 1, Opcode: verbs.WRBindMW, Flags: verbs.SendSignaled, BindMW: verbs.BindWR{MW: w, RKey: rkey,
+		Bind: verbs.MWBind{MR: b.mr, Addr: b.mr.Addr() + 4096, Length: 4096, Access: verbs.AccessRemoteWrite}}})
+	waitOK(t, b.scq, verbs.WCBindMW)
+	fill(a.mr.Buf()[:100], 21)
+	post(t, a.qp, verbs.SendWR{ID: 2, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.mr.SGE(0, 100)},
+		RemoteAddr: b.mr.Addr() + 4096 + 50, RKey: rkey})
+	waitOK(t, a.scq, verbs.WCRDMAWrite)
+	fence(t, a, b)
+	if !bytes.Equal(b.mr.Buf()[4146:4246], a.mr.Buf()[:100]) {
+		t.Fatal("WRITE through a type 2 window: data differs")
+	}
+	post(t, b.qp, verbs.SendWR{ID: 3, Opcode: verbs.WRLocalInv, Flags: verbs.SendSignaled, InvalidateRKey: rkey})
+	waitOK(t, b.scq, verbs.WCLocalInv)
+	post(t, a.qp, verbs.SendWR{ID: 4, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.mr.SGE(0, 100)},
+		RemoteAddr: b.mr.Addr() + 4096, RKey: rkey})
+	if wc := wait(t, a.scq); wc.Status != verbs.WCRemAccessErr {
+		t.Fatalf("WRITE through an invalidated window: %v, want REM_ACCESS_ERR", wc.Status)
+	}
+}
+
+// testMWType1 binds a type 1 window with MW.Bind, lets the peer WRITE
+// through it inside its range, then unbinds it (length 0) and checks that
+// the peer's next WRITE fails with REM_ACCESS_ERR.
+func testMWType1(t *testing.T, p Pair) {
+	a, b := newEnd(t, p.A, verbs.QPTypeRC, false, allAccess), newEnd(t, p.B, verbs.QPTypeRC, false, mwAccess)
+	connectRC(t, p, a, b, allAccess)
+	w, err := verbs.AllocMW(b.pd, verbs.MWType1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Dealloc()
+	rkey, err := w.Bind(b.qp, 1, verbs.SendSignaled, verbs.MWBind{MR: b.mr, Addr: b.mr.Addr() + 8192, Length: 1024, Access: verbs.AccessRemoteWrite})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitOK(t, b.scq, verbs.WCBindMW)
+	fill(a.mr.Buf()[:64], 33)
+	post(t, a.qp, verbs.SendWR{ID: 2, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.mr.SGE(0, 64)},
+		RemoteAddr: b.mr.Addr() + 8192, RKey: rkey})
+	waitOK(t, a.scq, verbs.WCRDMAWrite)
+	fence(t, a, b)
+	if !bytes.Equal(b.mr.Buf()[8192:8256], a.mr.Buf()[:64]) {
+		t.Fatal("WRITE through a type 1 window: data differs")
+	}
+	if _, err := w.Bind(b.qp, 3, verbs.SendSignaled, verbs.MWBind{MR: b.mr, Addr: b.mr.Addr() + 8192}); err != nil {
+		t.Fatal(err)
+	}
+	waitOK(t, b.scq, verbs.WCBindMW)
+	post(t, a.qp, verbs.SendWR{ID: 4, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.mr.SGE(0, 64)},
+		RemoteAddr: b.mr.Addr() + 8192, RKey: rkey})
+	if wc := wait(t, a.scq); wc.Status != verbs.WCRemAccessErr {
+		t.Fatalf("WRITE through an unbound window: %v, want REM_ACCESS_ERR", wc.Status)
 	}
 }

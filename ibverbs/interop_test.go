@@ -92,6 +92,7 @@ func TestInteropIBVerbs(t *testing.T) {
 	})
 	t.Run("overhead vs C perftest", func(t *testing.T) { overhead(ctx, t, v) })
 	t.Run("lnet o2ib", func(t *testing.T) { lnetO2IB(ctx, t, v, hostBin) })
+	t.Run("iser target", func(t *testing.T) { iserTarget(ctx, t, v) })
 
 	for _, tc := range []struct {
 		name, args string
@@ -348,4 +349,44 @@ func overhead(ctx context.Context, t *testing.T, v *vm.VM) {
 	g := run("softib perf write_bw (ibverbs)", "SOFTIB_PROVIDER=ibverbs /mnt/jobs/softib-ibverbs perf write_bw -d rxe0 -x 1 "+args,
 		"SOFTIB_PROVIDER=ibverbs /mnt/jobs/softib-ibverbs perf write_bw -d rxe0 -x 1 "+args+" "+ip)
 	t.Logf("FIGURE ibverbs-overhead: rxe0 loopback write_bw 64 KiB: C perftest %.2f MB/s, softib over libibverbs %.2f MB/s, ratio %.2f", c, g, g/c)
+}
+
+// iserTarget runs softib's iSER target on the guest's kernel rxe0 (ibverbs
+// provider, the kernel's RDMA CM) and logs Linux's iSER initiator in to it
+// over the same device: 8 MiB written and read back with O_DIRECT.
+func iserTarget(ctx context.Context, t *testing.T, v *vm.VM) {
+	ip := v.GuestIP()
+	const iqn = "iqn.2026-11.org.softib:ibverbs"
+	node := fmt.Sprintf("iscsiadm -m node -T %s -p %s:3260", iqn, ip)
+	script := fmt.Sprintf(`SOFTIB_PROVIDER=ibverbs /mnt/jobs/softib-ibverbs iser-target --addr %s --iqn %s --lun mem:67108864 -v >/tmp/iser.out 2>&1 &
+tpid=$!
+wait_listen 3260 $tpid || { cat /tmp/iser.out; exit 1; }
+set -e
+modprobe -a ib_iser sd_mod
+mkdir -p /etc/iscsi /run/lock/iscsi /var/lib/iscsi
+echo InitiatorName=iqn.2026-11.org.softib:guest >/etc/iscsi/initiatorname.iscsi
+pgrep -x iscsid >/dev/null || iscsid
+iscsiadm -m discovery -t st -p %s
+%s -o update -n iface.transport_name -v iser
+%s --login
+d=
+for i in $(seq 100); do for x in /sys/class/iscsi_session/session*/device/target*/*:0/block/*; do [ -e "$x" ] && d=/dev/${x##*/}; done; [ -n "$d" ] && break; nap 0.2; done
+[ -n "$d" ] || { dmesg | tail -30; exit 1; }
+echo "disk $d: $(cat /sys/block/${d#/dev/}/size) sectors"
+head -c 8388608 /dev/urandom >/tmp/a
+dd if=/tmp/a of=$d bs=1M oflag=direct status=none
+dd if=$d of=/tmp/b bs=1M count=8 iflag=direct status=none
+cmp /tmp/a /tmp/b && echo "8 MiB read back intact"
+%s --logout
+kill $tpid; wait $tpid || true
+cat /tmp/iser.out
+`, ip, iqn, ip, node, node, node)
+	r, err := v.Run(ctx, "iser-ibverbs", script, 4*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("exit %d:\n%s%s", r.Code, r.Stdout, r.Stderr)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "8 MiB read back intact") {
+		t.Fatal("Linux's iSER initiator did not read back what it wrote through softib's target on the kernel device")
+	}
 }

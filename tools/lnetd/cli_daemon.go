@@ -26,6 +26,7 @@ func RunDaemon(ctx context.Context, args []string, stderr io.Writer) int {
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	jsonLog := fs.Bool("log-json", false, "log in JSON instead of text")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics (LNet NIs, peers, credits, routes; o2ib devices, QPs, CQs) on `host:port` at /metrics")
+	provider := fs.String("provider", "", "verbs `provider` of the o2ib NIs: rxe (softib's Soft-RoCE, the default) or ibverbs (the kernel RDMA device holding the NI address; a build with -tags ibverbs) (default $SOFTIB_PROVIDER)")
 	pcapPath := fs.String("pcap", "", "write the o2ib NIs' RoCE packets to this pcap `file` (socklnd's TCP is not captured: use tcpdump)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: softib lnetd [--config lnet.yaml] [--socket PATH]\n\n"+
@@ -87,7 +88,7 @@ func RunDaemon(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "lnetd: %v\n", err)
 		return 1
 	}
-	d, err := New(Options{Config: cfg, Log: log})
+	d, err := New(Options{Config: cfg, Log: log, Provider: *provider})
 	if err != nil {
 		if *cfgPath != "" {
 			var ce *ConfigError

@@ -34,6 +34,11 @@ type Options struct {
 	// o2ib ones, for nets of their type; an o2ib LND given here replaces
 	// the built-in one (and its NIs get no rxe device from lnetd).
 	LNDs []lnd.LND
+	// Provider is the verbs provider of the o2ib NIs' devices: "" or
+	// "rxe" for softib's Soft-RoCE, "ibverbs" for the kernel RDMA device
+	// whose GID table holds the NI's address (a build with -tags
+	// ibverbs). Empty means $SOFTIB_PROVIDER.
+	Provider string
 }
 
 // Daemon is a running LNet node: an *lnet.Instance with the loopback and
@@ -48,6 +53,8 @@ type Daemon struct {
 	lnds []lnd.LND    // every network LND offered (sock first)
 	test *testService
 	st   *selftest.Service // lnet_selftest node side (softib lst)
+	// provider is Options.Provider: the o2ib NIs' verbs provider.
+	provider string
 
 	// mu guards the stored configuration below.
 	mu      sync.Mutex
@@ -80,11 +87,12 @@ func New(opts Options) (*Daemon, error) {
 		log = slog.Default()
 	}
 	d := &Daemon{
-		log:     log,
-		sock:    socklnd.New(socklnd.Config{}),
-		global:  globalTable.effective(cfg.Global),
-		routing: routingTable.effective(cfg.Routing),
-		buffers: buffersTable.effective(cfg.Buffers),
+		log:      log,
+		sock:     socklnd.New(socklnd.Config{}),
+		global:   globalTable.effective(cfg.Global),
+		routing:  routingTable.effective(cfg.Routing),
+		buffers:  buffersTable.effective(cfg.Buffers),
+		provider: opts.Provider,
 	}
 	d.lnds = append([]lnd.LND{d.sock}, opts.LNDs...)
 	if !slices.ContainsFunc(opts.LNDs, func(l lnd.LND) bool { return l.Type() == lnetwire.O2IBLND }) {
@@ -369,7 +377,7 @@ func (d *Daemon) addNI(net lnetwire.Net, netType string, ni NIConfig) error {
 	}
 	var rdma *rdmaNI
 	if net.Type() == lnetwire.O2IBLND && d.o2ib != nil {
-		oc, r, err := openO2IB(ni, ni.LNDTunables)
+		oc, r, err := openO2IB(ni, ni.LNDTunables, d.provider)
 		if err != nil {
 			return err
 		}

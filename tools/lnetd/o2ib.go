@@ -42,13 +42,16 @@ var rxeSeq atomic.Int64
 // RoCEv2's port: peers are dialled there) and an RDMA CM over it, and
 // returns the o2iblnd configuration for the NI. ni's NID or first
 // interface (a name or an IPv4 address) gives the address.
-func openO2IB(ni NIConfig, lt Settings) (o2iblnd.Config, *rdmaNI, error) {
+func openO2IB(ni NIConfig, lt Settings, provider string) (o2iblnd.Config, *rdmaNI, error) {
 	addr, err := niIPv4(ni)
 	if err != nil {
 		return o2iblnd.Config{}, nil, err
 	}
-	if p := os.Getenv(devsel.EnvProvider); p != "" && p != "rxe" {
-		return openKernelO2IB(p, addr, lt)
+	if provider == "" {
+		provider = os.Getenv(devsel.EnvProvider)
+	}
+	if provider != "" && provider != "rxe" {
+		return openKernelO2IB(provider, addr, lt)
 	}
 	name := fmt.Sprintf("rxe_lnetd%d", rxeSeq.Add(1)-1)
 	// rxe's defaults (UDP GRO on: bulk RDMA is what an LND moves);

@@ -6,11 +6,13 @@
 package targetcmd
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -18,6 +20,7 @@ import (
 	"softib/rdmacm"
 	"softib/rxe"
 	"softib/storage/scsi"
+	"softib/tools/devsel"
 	"softib/verbs"
 )
 
@@ -62,7 +65,8 @@ const MaxTransfer = 512 << 10
 func (c *Command) Run(ctx context.Context, args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet(c.Name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("addr", "", "local IP address of the Soft-RoCE device (required)")
+	addr := fs.String("addr", "", "local IP address of the RDMA device (required)")
+	provider := fs.String("provider", "", "verbs `provider`: rxe (softib's Soft-RoCE, the default) or ibverbs (the kernel RDMA device holding --addr; a build with -tags ibverbs) (default $"+devsel.EnvProvider+")")
 	port := fs.Uint("port", c.Port, c.PortHelp)
 	verbose := fs.Bool("v", false, c.VerboseHelp)
 	var luns lunList
@@ -101,9 +105,18 @@ func (c *Command) Run(ctx context.Context, args []string, stderr io.Writer) int 
 			return 1
 		}
 	}
-	dev, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: ip}})
+	prov := *provider
+	if prov == "" {
+		prov = os.Getenv(devsel.EnvProvider)
+	}
+	var dev verbs.Device
+	if prov == "" || prov == "rxe" {
+		dev, err = rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: ip}})
+	} else {
+		dev, err = verbs.Open(verbs.DeviceConfig{Provider: prov, Addr: ip})
+	}
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: rxe device on %v: %v\n", c.Name, ip, err)
+		fmt.Fprintf(stderr, "%s: %s device on %v: %v\n", c.Name, cmp.Or(prov, "rxe"), ip, err)
 		return 1
 	}
 	defer dev.Close()

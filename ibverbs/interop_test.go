@@ -9,10 +9,10 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"softib/internal/testenv"
 	"softib/interop/vm"
 	"softib/interop/vmtest"
 )
@@ -140,7 +140,7 @@ func crossProvider(ctx context.Context, t *testing.T, v *vm.VM, hostBin string, 
 	case !guestServer:
 		guestCmd += " " + host
 	}
-	var out syncBuf
+	var out testenv.Buffer
 	hc := v.Command(ctx, hostBin, hostArgs...)
 	if guestServer {
 		ready := fmt.Sprintf("wait_listen %d $pid", port)
@@ -214,25 +214,6 @@ func check(t *testing.T, want string, r vm.Result, hostErr error, hostOut string
 	}
 }
 
-// syncBuf is a strings.Builder the command's output goroutines and the
-// test read concurrently.
-type syncBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // lnetO2IB runs softib lnetd with an o2ib NI on both sides: in the guest on
 // the kernel's rxe0 ($SOFTIB_PROVIDER=ibverbs: the kernel's RDMA CM and
 // verbs), on the host on softib's pure-Go stack; lnetctl ping both ways,
@@ -247,7 +228,7 @@ func lnetO2IB(ctx context.Context, t *testing.T, v *vm.VM, hostBin string) {
 	if err := os.WriteFile(hcfg, []byte(cfg(host)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var hlog syncBuf
+	var hlog testenv.Buffer
 	hd := v.Command(ctx, hostBin, "lnetd", "--config", hcfg, "--socket", hsock)
 	hd.Stdout, hd.Stderr = &hlog, &hlog
 	if err := hd.Start(); err != nil {

@@ -1,38 +1,19 @@
 package rxe_test
 
 import (
-	"bytes"
 	"io"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"softib/internal/pcap"
+	"softib/internal/testenv"
 	"softib/internal/tsharktest"
 	"softib/rxe"
 	"softib/verbs"
 	"softib/wire/roce"
 )
-
-// syncBuf is a capture sink the test can read while the device writes.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) bytes() []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]byte(nil), s.b.Bytes()...)
-}
 
 // TestCapture captures one side of an RC connection that moves
 // multi-packet WRITEs and SENDs (which leave as GSO batches and arrive as
@@ -43,7 +24,7 @@ func (s *syncBuf) bytes() []byte {
 func TestCapture(t *testing.T) {
 	// Both sides capture: a's shows what leaves as GSO batches, b's
 	// what arrives as GRO super-datagrams.
-	var capA, capB syncBuf
+	var capA, capB testenv.Buffer
 	da := openDev(t, rxe.Config{DeviceConfig: verbs.DeviceConfig{Capture: &capA}})
 	db := openDev(t, rxe.Config{DeviceConfig: verbs.DeviceConfig{Capture: &capB}})
 	const size = 64 << 10
@@ -66,11 +47,11 @@ func TestCapture(t *testing.T) {
 	for _, side := range []struct {
 		name string
 		dev  *rxe.Device
-		cap  *syncBuf
+		cap  *testenv.Buffer
 	}{{"a", da, &capA}, {"b", db, &capB}} {
 		st := side.dev.Stats()
 		path = filepath.Join(t.TempDir(), side.name+".pcap")
-		if err := os.WriteFile(path, side.cap.bytes(), 0o644); err != nil {
+		if err := os.WriteFile(path, side.cap.Bytes(), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		lt, recs, err := pcap.ReadFile(path)

@@ -5,9 +5,11 @@
 package testenv
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 )
@@ -65,4 +67,32 @@ func SoakDuration(t testing.TB) time.Duration {
 		s = f
 	}
 	return time.Duration(s * float64(time.Second))
+}
+
+// Buffer is a bytes.Buffer that a command's output goroutines write while
+// a test reads it.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (s *Buffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns what was written so far.
+func (s *Buffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Bytes returns a copy of what was written so far.
+func (s *Buffer) Bytes() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return bytes.Clone(s.b.Bytes())
 }

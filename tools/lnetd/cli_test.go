@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"softib/internal/testenv"
 )
 
 // TestRunDaemonInProcess runs the lnetd command in-process (under the race
@@ -21,7 +23,7 @@ func TestRunDaemonInProcess(t *testing.T) {
 	sock := filepath.Join(dir, "s", "lnetd.sock")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var logs syncBuf
+	var logs testenv.Buffer
 	done := make(chan int, 1)
 	go func() { done <- RunDaemon(ctx, []string{"--config", cfg, "--socket", sock, "--log-json"}, &logs) }()
 	deadline := time.Now().Add(hangGuard)

@@ -61,24 +61,6 @@ func softibBin(t *testing.T) string {
 	return binPath
 }
 
-// syncBuf is a goroutine-safe log buffer.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // procNode is an lnetd running as a separate process.
 type procNode struct {
 	t      *testing.T
@@ -89,7 +71,7 @@ type procNode struct {
 	config string
 	prefix []string // command prefix (ip netns exec NS) or nil
 	cmd    *exec.Cmd
-	log    *syncBuf
+	log    *testenv.Buffer
 	exited chan struct{}
 }
 
@@ -115,7 +97,7 @@ func (n *procNode) start() {
 	n.cmd = exec.Command(args[0], args[1:]...)
 	// A restarted node keeps one log across its processes.
 	if n.log == nil {
-		n.log = &syncBuf{}
+		n.log = &testenv.Buffer{}
 	}
 	from := len(n.log.String())
 	n.cmd.Stderr = n.log

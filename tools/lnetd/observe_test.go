@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"softib/internal/pcap"
+	"softib/internal/testenv"
 	"softib/internal/tsharktest"
 	"softib/tools/stat"
 	"softib/wire/roce"
@@ -35,7 +36,7 @@ func TestE2EObserve(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(o2ibNodeYAML(aIP, port, "              ntx: 256\n")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	a := &procNode{t: t, name: "a", ip: aIP, nid: aIP + "@tcp", sock: sock, config: cfg, log: &syncBuf{}}
+	a := &procNode{t: t, name: "a", ip: aIP, nid: aIP + "@tcp", sock: sock, config: cfg, log: &testenv.Buffer{}}
 	a.cmd = exec.Command(softibBin(t), "lnetd", "--config", cfg, "--socket", sock, "--metrics", aIP+":0", "--pcap", capPath)
 	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
 	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"softib/internal/testaddr"
+	"softib/internal/testenv"
 	"softib/lnet/selftest"
 )
 
@@ -72,28 +73,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// syncBuf is a goroutine-safe log buffer.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type procNode struct {
 	nid    string
 	cmd    *exec.Cmd
-	log    *syncBuf
+	log    *testenv.Buffer
 	exited chan struct{}
 }
 
@@ -137,7 +120,7 @@ func startNodesSock(t *testing.T, port int, socks []string, ips ...string) []*pr
 		if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		n := &procNode{nid: ip + "@tcp", log: &syncBuf{}, exited: make(chan struct{})}
+		n := &procNode{nid: ip + "@tcp", log: &testenv.Buffer{}, exited: make(chan struct{})}
 		n.cmd = exec.Command(bin, "lnetd", "--config", cfg, "--socket", sock)
 		n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
 		if err := n.cmd.Start(); err != nil {

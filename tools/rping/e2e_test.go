@@ -1,7 +1,6 @@
 package rping_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"softib/internal/testenv"
 	"softib/rdmacm"
 	"softib/rxe"
 	"softib/tools/internal/rdmautil"
@@ -45,24 +45,6 @@ func node(t *testing.T) (*rdmacm.Manager, netip.Addr) {
 	return m, a
 }
 
-// syncBuf is a goroutine-safe output buffer.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // want is the data rping sends in ping i (computed independently of
 // Pattern: the start character advances by one per ping from 'A').
 func want(i, size int) string {
@@ -80,13 +62,13 @@ func want(i, size int) string {
 type run struct {
 	res       rping.Result
 	err       error
-	out, err2 *syncBuf
+	out, err2 *testenv.Buffer
 }
 
 func startServer(t *testing.T, ctx context.Context, m *rdmacm.Manager, cfg rping.Config) (<-chan run, netip.AddrPort) {
 	t.Helper()
 	ready := make(chan netip.AddrPort, 1)
-	r := run{out: &syncBuf{}, err2: &syncBuf{}}
+	r := run{out: &testenv.Buffer{}, err2: &testenv.Buffer{}}
 	cfg.Server, cfg.Out, cfg.Err = true, r.out, r.err2
 	cfg.Ready = func(a netip.AddrPort) { ready <- a }
 	done := make(chan run, 1)
@@ -104,7 +86,7 @@ func startServer(t *testing.T, ctx context.Context, m *rdmacm.Manager, cfg rping
 }
 
 func client(ctx context.Context, m *rdmacm.Manager, cfg rping.Config) run {
-	r := run{out: &syncBuf{}, err2: &syncBuf{}}
+	r := run{out: &testenv.Buffer{}, err2: &testenv.Buffer{}}
 	cfg.Out, cfg.Err = r.out, r.err2
 	r.res, r.err = rping.Run(ctx, m, cfg)
 	return r
@@ -266,7 +248,7 @@ func TestClientNoPeerCM(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close(); d.Close() })
-	var progress syncBuf
+	var progress testenv.Buffer
 	_, err = rping.Run(t.Context(), m, rping.Config{Addr: loopAddr(), Source: a, Count: 1,
 		Progress: &progress, CMTimeout: rdmautil.CMConnectTimeout(cmCfg)})
 	if err == nil || !strings.Contains(err.Error(), "no RDMA CM reply from") || !strings.Contains(err.Error(), "no softib or rxe device") {

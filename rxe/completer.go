@@ -43,8 +43,13 @@ func (q *QP) complete(p *packet, now int64) {
 		q.dev.stats.BadResp.Inc()
 		return
 	}
-	if p.psn.Less(q.comp.psn) || !p.psn.Less(q.req.psn) {
-		// Stale (already acknowledged) or for a PSN never sent.
+	if p.psn.Less(q.comp.psn) {
+		// Already acknowledged: a duplicate answer to a retransmission.
+		q.dev.stats.StaleResp.Inc()
+		return
+	}
+	if !p.psn.Less(q.req.psn) {
+		// For a PSN never sent.
 		q.dev.stats.BadResp.Inc()
 		return
 	}
@@ -208,7 +213,8 @@ func (q *QP) credits(p *packet) {
 // way and nothing progressed since.
 func (q *QP) retryOnce(now int64) {
 	if q.comp.retrying {
-		q.dev.stats.BadResp.Inc()
+		// A response sent before the peer saw our retransmission.
+		q.dev.stats.StaleResp.Inc()
 		return
 	}
 	q.retry(now, true)

@@ -52,6 +52,7 @@ type Stats struct {
 	RxQueueFull   stats.Counter // QP inbound ring full
 	RcvNoRecvWQE  stats.Counter // UD/UC message dropped: no receive posted
 	BadResp       stats.Counter // unexpected or malformed responses, dropped
+	StaleResp     stats.Counter // stale responses dropped: already acknowledged, or sent before the peer saw our retransmission (they follow every retry; no error)
 	BadLength     stats.Counter // FIRST/MIDDLE not PMTU long, or LAST/ONLY longer
 	UCDropped     stats.Counter // UC packets dropped until the next message
 	RemAccessNAK  stats.Counter // remote access error NAKs sent

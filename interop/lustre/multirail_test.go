@@ -120,7 +120,7 @@ func TestInteropMultiRail(t *testing.T) {
 	// Short timeouts on both sides so a dead rail is noticed within the
 	// test (lnd_timeout = (transaction_timeout-1)/(retry_count+1)).
 	g.MustRun("lnetctl set transaction_timeout 10 && lnetctl set retry_count 2 && lnetctl global show")
-	d := lustre.StartLnetd(t, g, lustre.LnetdConfig{Global: "    transaction_timeout: 10\n    retry_count: 2"})
+	d := lustre.StartLnetd(t, g, lustre.LnetdConfig{Global: "    discovery: 1\n    transaction_timeout: 10\n    retry_count: 2"})
 	ctx := g.Context()
 	kt, ko := g.NID("tcp"), g.NID("o2ib")
 	st, so := d.NID("tcp"), d.NID("o2ib")

@@ -49,8 +49,9 @@ func mustParse(t *testing.T, s string) lnetwire.NID {
 // lnetd.)
 func TestDiscoverCommand(t *testing.T) {
 	port := freePort(t)
-	a := startInproc(t, testIP(), port, "")
-	b := startInproc(t, testIP(), port, "")
+	// softib's lnetd defaults to discovery 0; these nodes turn it on.
+	a := startInproc(t, testIP(), port, "    discovery: 1\n")
+	b := startInproc(t, testIP(), port, "    discovery: 1\n")
 	b2ip := testIP()
 	ctlOK(t, b.sock, "net", "add", "--net", "tcp1", "--if", b2ip)
 	b2 := b2ip + "@tcp1"
@@ -196,8 +197,8 @@ func TestFaultCommands(t *testing.T) {
 func TestE2EDiscovery(t *testing.T) {
 	port := freePort(t)
 	ipA, ipB, ipB2 := testIP(), testIP(), testIP()
-	a := startProc(t, "A", ipA, nodeYAML(ipA, port, ""))
-	b := startProc(t, "B", ipB, nodeYAML(ipB, port, ""))
+	a := startProc(t, "A", ipA, nodeYAML(ipA, port, "    discovery: 1\n"))
+	b := startProc(t, "B", ipB, nodeYAML(ipB, port, "    discovery: 1\n"))
 	b.ctl("net", "add", "--net", "tcp1", "--if", ipB2)
 	b2 := ipB2 + "@tcp1"
 

@@ -132,10 +132,7 @@ func (s *sendStage) post(q *C.struct_ibv_qp, ud bool, wrs []verbs.SendWR) (int, 
 			if len(w.SGL) > s.maxSGE {
 				return done + i, fmt.Errorf("%w: %d SGEs, the QP takes %d", verbs.ErrInvalidArgument, len(w.SGL), s.maxSGE)
 			}
-			for _, g := range w.SGL {
-				sge[so] = C.struct_ibv_sge{addr: C.uint64_t(g.Addr), length: C.uint32_t(g.Length), lkey: C.uint32_t(g.LKey)}
-				so++
-			}
+			so += stageSGL(sge[so:], w.SGL)
 			d.num_sge = C.uint32_t(len(w.SGL))
 		}
 		rc := C.sib_post_send(q, s.swr, C.int(n), s.sge, s.wrs, s.bad)
@@ -145,6 +142,14 @@ func (s *sendStage) post(q *C.struct_ibv_qp, ud bool, wrs []verbs.SendWR) (int, 
 		done += n
 	}
 	return done, nil
+}
+
+// stageSGL copies a scatter list into C memory and returns its length.
+func stageSGL(dst []C.struct_ibv_sge, sgl []verbs.SGE) int {
+	for i, g := range sgl {
+		dst[i] = C.struct_ibv_sge{addr: C.uint64_t(g.Addr), length: C.uint32_t(g.Length), lkey: C.uint32_t(g.LKey)}
+	}
+	return len(sgl)
 }
 
 // recvStage is the C memory for posting receives (a QP's or an SRQ's).
@@ -189,10 +194,7 @@ func (r *recvStage) post(q *C.struct_ibv_qp, s *C.struct_ibv_srq, wrs []verbs.Re
 				return done + i, fmt.Errorf("%w: %d SGEs, the queue takes %d", verbs.ErrInvalidArgument, len(w.SGL), r.maxSGE)
 			}
 			rwr[i] = C.sib_rwr{wr_id: C.uint64_t(w.ID), num_sge: C.uint32_t(len(w.SGL)), sge_off: C.uint32_t(so)}
-			for _, g := range w.SGL {
-				sge[so] = C.struct_ibv_sge{addr: C.uint64_t(g.Addr), length: C.uint32_t(g.Length), lkey: C.uint32_t(g.LKey)}
-				so++
-			}
+			so += stageSGL(sge[so:], w.SGL)
 		}
 		rc := C.sib_post_recv(q, s, r.rwr, C.int(n), r.sge, r.wrs, r.bad)
 		if rc != 0 {

@@ -1,6 +1,12 @@
 package rxe
 
-import "sync/atomic"
+import (
+	"fmt"
+	"sync/atomic"
+
+	"softib/internal/seqnum"
+	"softib/verbs"
+)
 
 // qpTable maps 24-bit QPNs to QPs for the receive path: lookups are two
 // atomic loads with no lock and no allocation; inserts and removals (under
@@ -47,4 +53,49 @@ func (t *qpTable) remove(qpn uint32, q *QP) {
 	if p != nil && p[qpn&qpPageMask].CompareAndSwap(q, nil) {
 		t.n--
 	}
+}
+
+func (d *Device) addQP(q *QP) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed.Load() {
+		return verbs.ErrClosed
+	}
+	if q.typ == verbs.QPTypeGSI {
+		if d.gsi.Load() != nil {
+			return fmt.Errorf("rxe: GSI QP exists: %w", verbs.ErrBusy)
+		}
+		q.qpn = 1
+		d.gsi.Store(q)
+		d.qps[q] = struct{}{}
+		return nil
+	}
+	if d.qpTable.n >= MaxQP {
+		return fmt.Errorf("rxe: create QP: %w", verbs.ErrResourceLimit)
+	}
+	for {
+		qpn := d.nextQPN
+		d.nextQPN++
+		if d.nextQPN > seqnum.Mask {
+			d.nextQPN = firstUserQPN
+		}
+		if d.qpTable.get(qpn) == nil {
+			q.qpn = qpn
+			break
+		}
+	}
+	d.qpTable.put(q.qpn, q)
+	d.qps[q] = struct{}{}
+	return nil
+}
+
+func (d *Device) removeQP(q *QP) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.qps, q)
+	if q.qpn == 1 {
+		d.gsi.CompareAndSwap(q, nil)
+		return
+	}
+	d.qpTable.remove(q.qpn, q)
 }

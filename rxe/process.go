@@ -1,0 +1,289 @@
+package rxe
+
+import (
+	"runtime"
+	"time"
+
+	"softib/verbs"
+	"softib/wire/roce"
+)
+
+// enqueue queues a received packet for the engine.
+func (q *QP) enqueue(p *packet) bool {
+	q.inMu.Lock()
+	if len(q.inq) >= inqMax {
+		q.inMu.Unlock()
+		return false
+	}
+	q.inq = append(q.inq, p)
+	q.inMu.Unlock()
+	return true
+}
+
+// kick wakes the run loop (the rxe "armed" semantic: one pending wakeup).
+func (q *QP) kick() {
+	select {
+	case q.kickC <- struct{}{}:
+	default:
+	}
+}
+
+// sendMode tells unlockAndSend what to do with the response lane.
+type sendMode uint8
+
+const (
+	// sendNow sends both lanes.
+	sendNow sendMode = iota
+	// sendYield (the receive goroutine and the run loop): a round whose
+	// completions woke a channel reader gives that reader the CPU before
+	// sending its responses.
+	sendYield
+	// sendDefer (a CQ poller holding the receive token, busypoll.go): a
+	// round that pushed a completion keeps its responses queued for the
+	// poller's next post on the QP, its next empty Poll or, at the
+	// latest, respDeferMax.
+	sendDefer
+)
+
+// runInline processes the QP on the calling goroutine if nobody else is,
+// and otherwise leaves the work to the holder and the loop.
+func (q *QP) runInline(mode sendMode) {
+	if !q.mu.TryLock() {
+		q.kick()
+		return
+	}
+	more := q.process()
+	q.unlockAndSend(mode)
+	if more {
+		q.kick()
+	}
+}
+
+// unlockAndSend releases mu and then sends the packets the round queued
+// (mu held on entry), both lanes in one WriteBatch when both have some.
+//
+// With sendYield, a round whose completions woke a channel reader gives
+// that reader the CPU before sending its responses. The Go scheduler
+// runs a goroutine readied by a channel send only when the readier
+// blocks (or after a steal delay), so otherwise the application would
+// wait for the ACK's sendmmsg and the next empty recvmmsg: measured, a
+// median 7 µs per message. The responses stay queued meanwhile: if the
+// woken application posts (the reply of a ping-pong), its round sends
+// them in the same sendmmsg as its request, and the peer receives both in
+// one recvmmsg; otherwise they go out when this goroutine runs again.
+// (Deferring them further, as sendDefer does, was measured: it saves the
+// ~2% of ACKs that leave alone but costs more in timer resets.)
+// sendDefer makes the same bet for a CQ poller, which is the application
+// itself and returns to it at once. An ACK only retires the peer's WQEs,
+// so it is off the critical path either way.
+func (q *QP) unlockAndSend(mode sendMode) {
+	pushed, woke := q.pushed, q.woke
+	q.pushed, q.woke = false, false
+	if due := q.hdue; due != 0 {
+		// Completion handlers run first, with mu released: an
+		// event-driven application's reply (a post from the handler)
+		// then takes this round's responses along in its own send, as
+		// a woken channel reader's does with sendYield.
+		q.hdue = 0
+		req := q.reqTx.take()
+		q.mu.Unlock()
+		if req {
+			q.reqTx.send(q)
+		}
+		q.runHandlers(due)
+		q.mu.Lock()
+		q.unlockAndSend(sendNow)
+		return
+	}
+	if mode == sendDefer && pushed && len(q.respTx.cur.pkts) > 0 && q.deferResp() {
+		req := q.reqTx.take()
+		q.mu.Unlock()
+		if req {
+			q.reqTx.send(q)
+		}
+		q.dev.addDeferred(q)
+		return
+	}
+	if mode == sendYield && woke {
+		req, resp := q.reqTx.take(), len(q.respTx.cur.pkts) > 0
+		q.mu.Unlock()
+		if req {
+			q.reqTx.send(q)
+		}
+		runtime.Gosched()
+		if resp {
+			q.mu.Lock()
+			q.unlockAndSend(sendNow)
+		}
+		return
+	}
+	req, resp := q.reqTx.take(), q.respTx.take()
+	q.respDue = 0 // nothing deferred is left queued
+	q.mu.Unlock()
+	switch {
+	case req && resp:
+		q.sendBoth()
+	case req:
+		q.reqTx.send(q)
+	case resp:
+		q.respTx.send(q)
+	}
+}
+
+// Handlers due after a round (QP.hdue).
+const (
+	hdueSend uint8 = 1 << iota // the send CQ's
+	hdueRecv                   // the receive CQ's
+)
+
+// pushCQ queues wc on cq (mu held) and records what that notified: a
+// woken channel reader for sendYield, a handler for runHandlers. bit
+// names cq's role (hdueSend or hdueRecv).
+func (q *QP) pushCQ(cq *CQ, bit uint8, wc *verbs.WC, solicited bool) {
+	ev := cq.push(wc, solicited)
+	if ev&pushWoke != 0 {
+		q.woke = true
+	}
+	if ev&pushHandler != 0 {
+		q.hdue |= bit
+	}
+}
+
+// runHandlers calls the completion handlers that a round made due (mu
+// not held): each CQ once, even when it is both the send and the
+// receive CQ.
+func (q *QP) runHandlers(due uint8) {
+	if due&hdueSend != 0 {
+		q.sendCQ.callHandler()
+	}
+	if due&hdueRecv != 0 && (due&hdueSend == 0 || q.recvCQ != q.sendCQ) {
+		q.recvCQ.callHandler()
+	}
+}
+
+// unlock releases mu after an operation that may have completed work
+// requests (a flush) without sending anything, and runs the completion
+// handlers that made due.
+func (q *QP) unlock() {
+	due := q.hdue
+	q.hdue = 0
+	q.mu.Unlock()
+	if due != 0 {
+		q.runHandlers(due)
+	}
+}
+
+// loop is the QP's run-loop goroutine.
+func (q *QP) loop() {
+	defer q.dev.qpWG.Done()
+	defer q.timer.Stop()
+	for {
+		select {
+		case <-q.done:
+			q.drainInbound()
+			return
+		case <-q.kickC:
+			q.mu.Lock()
+		case <-q.timer.C:
+			q.mu.Lock()
+			q.timerAt = 0 // fired: make armTimer set it again
+		}
+		if q.dead {
+			q.mu.Unlock()
+			continue
+		}
+		more := q.process()
+		q.unlockAndSend(sendYield)
+		if more {
+			q.kick()
+		}
+	}
+}
+
+func (q *QP) drainInbound() {
+	q.inMu.Lock()
+	for i, p := range q.inq {
+		q.dev.putPacket(p)
+		q.inq[i] = nil
+	}
+	q.inq = q.inq[:0]
+	q.inMu.Unlock()
+}
+
+// process runs one engine round (mu held): inbound packets, then the
+// requester, then completions, then the socket flush and timer. It
+// reports whether work is left for another round.
+func (q *QP) process() bool {
+	if q.dead {
+		return false
+	}
+	now := q.dev.now()
+	q.inMu.Lock()
+	in := q.inq
+	q.inq = q.inSpare[:0]
+	q.inMu.Unlock()
+	for i, p := range in {
+		q.handle(p, now)
+		q.dev.putPacket(p)
+		in[i] = nil
+	}
+	q.inSpare = in[:0]
+	q.checkTimers(now)
+	// Pop what the inbound packets finished first: fences, local
+	// operations and credit probes wait for an empty SQ front.
+	q.completeSends()
+	more := q.runRequester(now, procBudget)
+	q.completeSends()
+	q.armTimer(now)
+	q.inMu.Lock()
+	more = more || len(q.inq) > 0
+	q.inMu.Unlock()
+	return more
+}
+
+// handle dispatches one received packet: requests to the responder,
+// responses to the completer.
+func (q *QP) handle(p *packet, now int64) {
+	switch q.state {
+	case verbs.QPStateRTR, verbs.QPStateRTS, verbs.QPStateSQD:
+	default:
+		q.dev.stats.BadQPState.Inc()
+		return
+	}
+	if q.typ == verbs.QPTypeRC || q.typ == verbs.QPTypeUC {
+		if p.addr.Addr().Unmap() != q.dst.Addr() {
+			q.dev.stats.BadSrcAddr.Inc()
+			return
+		}
+	}
+	q.dev.stats.RcvdPkts.Inc()
+	q.stats.RcvdPkts.Inc()
+	if p.op.Is(roce.MaskReq) {
+		if q.state == verbs.QPStateRTR && q.typ != verbs.QPTypeUD && q.typ != verbs.QPTypeGSI && !q.resp.commEst {
+			q.resp.commEst = true
+			q.dev.raise(verbs.AsyncEvent{Type: verbs.EventCommEst, QP: q})
+		}
+		q.respond(p, now)
+		return
+	}
+	if q.state == verbs.QPStateRTR {
+		q.dev.stats.BadQPState.Inc()
+		return
+	}
+	q.complete(p, now)
+}
+
+// armTimer makes sure the QP timer fires no later than the nearest engine
+// deadline. It is lazy (style.md §2): a timer set for an earlier time,
+// or one whose deadline went away, is left to fire spuriously, since
+// checkTimers tests each deadline and the next round re-arms. So the
+// usual per-message deadline (set on send, cleared by the ACK) costs no
+// timer operation; only a deadline earlier than the armed one resets it.
+func (q *QP) armTimer(now int64) {
+	dl := q.nextDeadline()
+	if dl == 0 || (q.timerAt != 0 && q.timerAt <= dl) {
+		return
+	}
+	q.timerAt = dl
+	q.timer.Reset(time.Duration(max(dl-now, 0)))
+}

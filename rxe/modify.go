@@ -254,13 +254,3 @@ func (q *QP) Drain() error {
 	}
 	return nil
 }
-
-// flushDeferred sends deferred responses that are still queued.
-func (q *QP) flushDeferred() {
-	q.mu.Lock()
-	if q.respDue == 0 {
-		q.mu.Unlock()
-		return
-	}
-	q.unlockAndSend(sendNow)
-}

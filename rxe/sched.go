@@ -19,6 +19,16 @@ func (q *QP) deferResp() bool {
 	return now < q.respDue
 }
 
+// flushDeferred sends deferred responses that are still queued.
+func (q *QP) flushDeferred() {
+	q.mu.Lock()
+	if q.respDue == 0 {
+		q.mu.Unlock()
+		return
+	}
+	q.unlockAndSend(sendNow)
+}
+
 // addDeferred lists q for flushDeferred (q.mu not held).
 func (d *Device) addDeferred(q *QP) {
 	d.defMu.Lock()

@@ -19,7 +19,7 @@ type writer struct {
 	hdrs  []unix.Mmsghdr
 	iovs  []unix.Iovec
 	names []sockaddr
-	oob   []byte // gsoCmsgSize per header
+	oob   []byte // hdrOOBSize per header (tclass_linux.go)
 	segs  []int  // datagrams carried by each header
 
 	n     int
@@ -40,7 +40,7 @@ func (w *writer) init(s *Socket) {
 	w.hdrs = make([]unix.Mmsghdr, b)
 	w.iovs = make([]unix.Iovec, b)
 	w.names = make([]sockaddr, b)
-	w.oob = make([]byte, b*gsoCmsgSize)
+	w.oob = make([]byte, b*hdrOOBSize)
 	w.segs = make([]int, b)
 	w.sendFn = w.send
 }
@@ -140,16 +140,25 @@ func (w *writer) writeChunk(msgs []Message, gso bool) (int, error) {
 func (w *writer) retryNoGSO(msgs []Message, cause syscall.Errno) (int, error) {
 	s := w.s
 	// The headers after w.off are still needed, so the vector cannot be
-	// rebuilt here: send through plain sendto (rare path, may allocate).
+	// rebuilt here: send one sendmsg each (rare path, may allocate).
 	for i := range msgs {
 		m := &msgs[i]
 		var sa sockaddr
 		l := putSockaddr(&sa, m.Addr, s.is6)
+		// sendmsg rather than sendto: the datagram keeps its TOS/TTL.
+		var oob [64]byte
+		iov := unix.Iovec{Base: unsafe.SliceData(m.Buf)}
+		iov.SetLen(m.N)
+		h := unix.Msghdr{Name: (*byte)(unsafe.Pointer(&sa)), Namelen: l, Iov: &iov}
+		h.SetIovlen(1)
+		if k := putClassCmsgs(oob[:], m.TOS, m.TTL, s.is6); k > 0 {
+			h.Control = &oob[0]
+			h.SetControllen(k)
+		}
 		var errno syscall.Errno
 		err := s.rc.Write(func(fd uintptr) bool {
 			for {
-				_, _, e := unix.Syscall6(unix.SYS_SENDTO, fd, uintptr(unsafe.Pointer(unsafe.SliceData(m.Buf))),
-					uintptr(m.N), unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(&sa)), uintptr(l))
+				_, _, e := unix.Syscall(unix.SYS_SENDMSG, fd, uintptr(unsafe.Pointer(&h)), unix.MSG_DONTWAIT)
 				if e == unix.EINTR {
 					continue
 				}
@@ -158,7 +167,7 @@ func (w *writer) retryNoGSO(msgs []Message, cause syscall.Errno) (int, error) {
 			}
 		})
 		if err != nil {
-			return i, s.wrapErr("sendto", err)
+			return i, s.wrapErr("sendmsg", err)
 		}
 		if errno != 0 {
 			// If even the first datagram fails alone, GSO was not the
@@ -169,7 +178,7 @@ func (w *writer) retryNoGSO(msgs []Message, cause syscall.Errno) (int, error) {
 			if i > 0 {
 				w.disableGSO(cause)
 			}
-			return i, s.wrapErr("sendto", errno)
+			return i, s.wrapErr("sendmsg", errno)
 		}
 	}
 	w.disableGSO(cause)
@@ -197,6 +206,9 @@ func (w *writer) build(msgs []Message, gso bool) (nh, nm int, err error) {
 		runEnded bool // a shorter tail ended the run
 		runAddr  netip.AddrPort
 		runGSO   bool // the run's destination may receive GSO
+		runTOS   uint8
+		runTTL   uint8
+		runCls   int // length of the run's class control messages
 	)
 	limit := min(len(msgs), len(w.iovs))
 	for nm < limit {
@@ -208,6 +220,7 @@ func (w *writer) build(msgs []Message, gso bool) (nh, nm int, err error) {
 		iov.Base = unsafe.SliceData(m.Buf)
 		iov.SetLen(m.N)
 		if gso && run != nil && !runEnded && m.Addr == runAddr && m.N > 0 && m.N <= runSize && runGSO &&
+			m.TOS == runTOS && m.TTL == runTTL &&
 			w.segs[nh-1] < maxGSOSegments && runBytes+m.N <= maxDatagram {
 			w.segs[nh-1]++
 			run.SetIovlen(w.segs[nh-1])
@@ -216,10 +229,10 @@ func (w *writer) build(msgs []Message, gso bool) (nh, nm int, err error) {
 				runEnded = true
 			}
 			if w.segs[nh-1] == 2 {
-				oob := w.oob[(nh-1)*gsoCmsgSize : nh*gsoCmsgSize]
+				oob := w.oob[(nh-1)*hdrOOBSize : nh*hdrOOBSize]
 				putGSOCmsg(oob, uint16(runSize))
 				run.Control = &oob[0]
-				run.SetControllen(gsoCmsgSize)
+				run.SetControllen(gsoCmsgSize + runCls)
 			}
 			nm++
 			continue
@@ -234,12 +247,19 @@ func (w *writer) build(msgs []Message, gso bool) (nh, nm int, err error) {
 		h.Namelen = l
 		h.Iov = iov
 		h.SetIovlen(1)
-		h.Control = nil
-		h.SetControllen(0)
+		oob := w.oob[nh*hdrOOBSize : (nh+1)*hdrOOBSize]
+		runCls = putClassCmsgs(oob[gsoCmsgSize:], m.TOS, m.TTL, s.is6)
+		if runCls > 0 {
+			h.Control = &oob[gsoCmsgSize]
+		} else {
+			h.Control = nil
+		}
+		h.SetControllen(runCls)
 		h.Flags = 0
 		w.segs[nh] = 1
 		nh++
 		run, runSize, runBytes, runEnded, runAddr = h, m.N, m.N, false, m.Addr
+		runTOS, runTTL = m.TOS, m.TTL
 		runGSO = gso && (s.is6 || s.cfg.IPv4GSO || m.Addr.Addr().Unmap().IsLoopback())
 		nm++
 	}

@@ -38,6 +38,16 @@ type Message struct {
 	// Addr is the source address after ReadBatch and the destination
 	// address for WriteBatch.
 	Addr netip.AddrPort
+	// TOS, when not 0, is the IPv4 TOS byte or IPv6 traffic class (ECN
+	// bits included) WriteBatch gives this datagram, as an IP_TOS or
+	// IPV6_TCLASS control message; 0 leaves the socket's (Config.TOS).
+	// RoCEv2 takes it from each QP's address vector, and QPs share a
+	// socket, so it is set per datagram rather than per socket.
+	TOS uint8
+	// TTL, when not 0, is the IPv4 TTL or IPv6 hop limit WriteBatch
+	// gives this datagram (IP_TTL or IPV6_HOPLIMIT control message); 0
+	// leaves the socket's (Config.TTL, else the kernel default).
+	TTL uint8
 }
 
 // Conn is a batched datagram endpoint. It is implemented by *Socket and by

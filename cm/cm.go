@@ -98,6 +98,15 @@ type Config struct {
 	// DropSend, if set, is asked about every outgoing MAD; returning true
 	// drops it as if the network had lost it (fault injection for tests).
 	DropSend func(m []byte, to Addr) bool
+	// Attached, if set, is called by [Attach] once the CM runs on a
+	// device's QP1, with the CM and its GSI agent (g.Device() is the
+	// device). It is how an upper layer reaches the QP1 of devices it
+	// did not attach itself (those of an rdmacm.Manager, configured
+	// through its Config.CM) to register MAD class agents
+	// ([GSI.Register]) and IB CM listeners, the way an ib_client's add
+	// callback does in Linux. It runs before Attach returns and must
+	// not block.
+	Attached func(c *CM, g *GSI)
 }
 
 // Tracer observes a CM. Its methods are called with the CM lock held and

@@ -205,6 +205,20 @@ func (g *GSI) Register(class mad.MgmtClass, version uint8, methods []mad.Method,
 	g.agents = append(g.agents, gsiAgent{class, version, append([]mad.Method(nil), methods...), h})
 }
 
+// Unregister removes the agent registered for a class and class
+// version, if any: its MADs are unclaimed again (Get/Set answered with
+// status "unsupported method/attribute", as the Linux MAD layer does).
+func (g *GSI) Unregister(class mad.MgmtClass, version uint8) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, a := range g.agents {
+		if a.class == class && a.version == version {
+			g.agents = append(g.agents[:i], g.agents[i+1:]...)
+			return
+		}
+	}
+}
+
 // Close destroys QP1 and its resources.
 func (g *GSI) Close() error {
 	g.mu.Lock()
@@ -518,6 +532,9 @@ func Attach(dev verbs.Device, cfg Config, gcfg GSIConfig) (*CM, error) {
 	c := New(g, cfg)
 	c.owned = g
 	g.Register(mad.ClassCM, mad.CMClassVersion, []mad.Method{mad.MethodSend}, c.HandleMAD)
+	if cfg.Attached != nil {
+		cfg.Attached(c, g)
+	}
 	return c, nil
 }
 

@@ -288,3 +288,44 @@ func TestParseGRHArea(t *testing.T) {
 		t.Error("short area accepted")
 	}
 }
+
+// TestGSIAttachedAgent registers a MAD class agent through
+// Config.Attached (as an upper layer does on the devices of an
+// rdmacm.Manager), gets its answer, and after Unregister gets the MAD
+// layer's "unsupported method/attribute" again.
+func TestGSIAttachedAgent(t *testing.T) {
+	da, db := openRXE(t), openRXE(t)
+	ga, err := cm.NewGSI(da, cm.GSIConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ga.Close()
+	var gb *cm.GSI
+	cb, err := cm.Attach(db, cm.Config{Attached: func(c *cm.CM, g *cm.GSI) {
+		gb = g
+		g.Register(mad.ClassDevMgt, 1, []mad.Method{mad.MethodGet}, func(m []byte, from cm.Addr) {
+			r := bytes.Clone(m)
+			mad.Header(r).SetMethod(mad.MethodGetResp)
+			r[255] = 0x5a
+			g.Send(r, from)
+		})
+	}}, cm.GSIConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cb.Close()
+	if gb == nil || gb != cb.Port().(*cm.GSI) || gb.Device() != db {
+		t.Fatal("Attached not called with the CM's GSI")
+	}
+	get := mad.AppendMAD(nil, mad.HeaderFields{BaseVersion: 1, MgmtClass: mad.ClassDevMgt, ClassVersion: 1,
+		Method: mad.MethodGet}, &mad.ClassPortInfo{})
+	resp, err := ga.Request(context.Background(), get, gsiAddr(db), 2*time.Second, 3)
+	if err != nil || mad.Header(resp).Status() != 0 || resp[255] != 0x5a {
+		t.Fatalf("agent answer: %v % x", err, resp)
+	}
+	gb.Unregister(mad.ClassDevMgt, 1)
+	resp, err = ga.Request(context.Background(), get, gsiAddr(db), 2*time.Second, 3)
+	if err != nil || mad.Header(resp).Status() != mad.StatusUnsupportedMethodAttr {
+		t.Fatalf("after Unregister: %v % x", err, resp)
+	}
+}

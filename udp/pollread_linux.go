@@ -227,3 +227,13 @@ func (z *zoneCache) addr(sa *sockaddr) netip.AddrPort {
 	p := (*[2]byte)(unsafe.Pointer(&sa.Port))
 	return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).WithZone(z.name), uint16(p[0])<<8|uint16(p[1]))
 }
+
+var _ PollConn = (*Socket)(nil)
+
+// NewReader implements PollConn: it returns s.PollReader(batch), or nil.
+func (s *Socket) NewReader(batch int) Reader {
+	if r := s.PollReader(batch); r != nil {
+		return r
+	}
+	return nil
+}

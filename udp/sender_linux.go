@@ -42,7 +42,7 @@ func OpenSender(laddr netip.AddrPort, cfg *Config) (*Socket, error) {
 	if !ip.IsValid() || ip.IsUnspecified() {
 		return nil, fmt.Errorf("udp: open sender %v: %w", laddr, unix.EADDRNOTAVAIL)
 	}
-	return open(laddr, c, true, "open sender")
+	return open(laddr, c, reuseAddr, "open sender")
 }
 
 // Sender opens a send-only socket (OpenSender) bound to laddr,

@@ -49,13 +49,22 @@ func Listen(addr netip.AddrPort, cfg *Config) (*Socket, error) {
 	if !addr.IsValid() {
 		addr = netip.AddrPortFrom(netip.IPv4Unspecified(), addr.Port())
 	}
-	return open(addr, c, false, "listen")
+	return open(addr, c, reuseNone, "listen")
 }
 
-// open binds a socket to addr with c's options (and SO_REUSEADDR if
-// reuse) and sets up its send and receive state; Listen and OpenSender
-// share it. what names the operation in errors.
-func open(addr netip.AddrPort, c Config, reuse bool, what string) (*Socket, error) {
+// reuseMode selects the address-sharing option open sets before bind.
+type reuseMode int
+
+const (
+	reuseNone reuseMode = iota
+	reuseAddr           // SO_REUSEADDR: send-only sockets on a port others hold (OpenSender)
+	reusePort           // SO_REUSEPORT: receive shards on one address (ListenShards)
+)
+
+// open binds a socket to addr with c's options (and the reuse option)
+// and sets up its send and receive state; Listen, ListenShards and
+// OpenSender share it. what names the operation in errors.
+func open(addr netip.AddrPort, c Config, reuse reuseMode, what string) (*Socket, error) {
 	ip := addr.Addr()
 	is6 := ip.Is6() && !ip.Is4In6()
 	network := "udp4"
@@ -67,9 +76,15 @@ func open(addr netip.AddrPort, c Config, reuse bool, what string) (*Socket, erro
 	var optErr error
 	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
 		err := rc.Control(func(fd uintptr) {
-			if reuse {
+			switch reuse {
+			case reuseAddr:
 				if e := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); e != nil {
 					optErr = os.NewSyscallError("setsockopt SO_REUSEADDR", e)
+					return
+				}
+			case reusePort:
+				if e := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); e != nil {
+					optErr = os.NewSyscallError("setsockopt SO_REUSEPORT", e)
 					return
 				}
 			}

@@ -30,9 +30,11 @@ type Endpoint struct {
 	notify chan struct{} // capacity 1: "queue became non-empty"
 	done   chan struct{} // closed by Close
 	once   sync.Once
+
+	group *shardGroup // the receive shards sharing addr (ListenShards); nil: alone
 }
 
-var _ udp.Conn = (*Endpoint)(nil)
+var _ udp.PollConn = (*Endpoint)(nil)
 
 // enqueue appends p unless the queue holds limit datagrams or the
 // endpoint is closed. Called with the network lock held.
@@ -185,4 +187,58 @@ func (ep *Endpoint) Close() error {
 		close(ep.done)
 	})
 	return nil
+}
+
+// NewReader implements udp.PollConn: a non-blocking reader of ep's
+// queue, so that a consumer of udp.Reader (rxe's receive token) runs the
+// same code on the simulated network as on a Linux socket. batch is
+// ignored beyond its check: reads copy up to len(msgs) datagrams.
+func (ep *Endpoint) NewReader(batch int) udp.Reader {
+	if batch < 1 {
+		return nil
+	}
+	return &reader{ep: ep}
+}
+
+// reader is an Endpoint's udp.Reader. A datagram is copied out whole or
+// dropped (longer than its Message's buffer: Stats.Truncated), so there
+// is never anything pending between reads.
+type reader struct{ ep *Endpoint }
+
+func (r *reader) TryRead(msgs []udp.Message) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	n, closed := r.ep.take(msgs)
+	if closed {
+		return 0, fmt.Errorf("udptest: read %v: %w", r.ep.addr, net.ErrClosed)
+	}
+	return n, nil
+}
+
+func (r *reader) ReadNow(msgs []udp.Message) (int, error) { return r.TryRead(msgs) }
+
+func (r *reader) ReadNowOne(msgs []udp.Message) (int, error) {
+	return r.TryRead(msgs[:min(1, len(msgs))])
+}
+
+func (r *reader) Pending() bool { return false }
+
+// Wait calls ready, and while it returns false parks until the queue
+// becomes non-empty (the notify channel is the simulated netpoller's
+// edge; a stale edge only costs ready one empty read).
+func (r *reader) Wait(ready func() bool) error {
+	ep := r.ep
+	for {
+		if ep.isClosed() {
+			return fmt.Errorf("udptest: read %v: %w", ep.addr, net.ErrClosed)
+		}
+		if ready() {
+			return nil
+		}
+		select {
+		case <-ep.notify:
+		case <-ep.done:
+		}
+	}
 }

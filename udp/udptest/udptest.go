@@ -131,6 +131,7 @@ type Network struct {
 	mu         sync.Mutex
 	seed       uint64
 	endpoints  map[netip.AddrPort]*Endpoint
+	shards     []*Endpoint // ListenShards' endpoints beyond the first (not in endpoints)
 	global     Faults
 	rules      map[linkKey]Faults // per link; zero addresses are wildcards
 	links      map[linkKey]*link  // per-link random state
@@ -230,6 +231,11 @@ func (n *Network) Endpoint(addr netip.AddrPort) *Endpoint {
 func (n *Network) Listen(addr netip.AddrPort) (*Endpoint, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	return n.listenLocked(addr)
+}
+
+// listenLocked is Listen with n.mu held.
+func (n *Network) listenLocked(addr netip.AddrPort) (*Endpoint, error) {
 	if n.closed {
 		return nil, fmt.Errorf("udptest: listen %v: %w", addr, net.ErrClosed)
 	}
@@ -279,6 +285,7 @@ func (n *Network) Close() error {
 	for _, ep := range n.endpoints {
 		eps = append(eps, ep)
 	}
+	eps = append(eps, n.shards...)
 	if n.timer != nil {
 		n.timer.Stop()
 	}
@@ -523,13 +530,17 @@ func (n *Network) runTimer() {
 	}
 }
 
-// deliver queues data at the endpoint dst. Called with n.mu held.
+// deliver queues data at the endpoint dst (for a shard group, the shard
+// its policy picks). Called with n.mu held.
 func (n *Network) deliver(src, dst netip.AddrPort, data []byte) {
 	ep, ok := n.endpoints[dst]
 	if !ok {
 		n.Stats.NoRoute.Inc()
 		n.putBuf(data)
 		return
+	}
+	if g := ep.group; g != nil {
+		ep = g.pick(src)
 	}
 	if !ep.enqueue(packet{src: src, data: data}, n.queueLimit) {
 		n.Stats.Overflow.Inc()

@@ -33,14 +33,19 @@ import "softib/udp"
 // and reads them at once, and a poller processes batches until none is
 // left.
 
-// pollSock is the non-blocking socket access the receive token needs
-// (udp.PollReader on Linux; see its doc for the contract of each method).
-type pollSock interface {
-	TryRead(msgs []udp.Message) (int, error)
-	Wait(ready func() bool) error
-	ReadNow(msgs []udp.Message) (int, error)
-	ReadNowOne(msgs []udp.Message) (int, error)
-	Pending() bool
+// pollSock is the non-blocking socket access the receive token needs:
+// a udp.Reader (see its doc for the contract of each method), from a
+// Linux *udp.Socket in production and from a udptest endpoint in the
+// deterministic tests, which so run the same receive path.
+type pollSock = udp.Reader
+
+// newPollSock returns a non-blocking reader of c, or nil when c offers
+// none (other Conns keep the plain receive loop on ReadBatch).
+func newPollSock(c udp.Conn, batch int) pollSock {
+	if pc, ok := c.(udp.PollConn); ok {
+		return pc.NewReader(batch)
+	}
+	return nil
 }
 
 // rxPollState is the receive goroutine's state across wait callbacks.

@@ -233,7 +233,7 @@ func TestCLILnetPingJSON(t *testing.T) {
 }
 
 // TestCLIPerfRunInfinitely: --run_infinitely -D 1 reports a row each
-// second (with --report-both, each QP's too) until Ctrl-C, then exits 130.
+// second (with -q 2, each QP's too) until Ctrl-C, then exits 130.
 func TestCLIPerfRunInfinitely(t *testing.T) {
 	bin := buildSoftib(t)
 	port := freePort(t)
@@ -241,7 +241,7 @@ func TestCLIPerfRunInfinitely(t *testing.T) {
 	_, sout, _ := startProc(t, bin, "write_bw", "--addr", srv, "-p", port, "-q", "2", "--run_infinitely", "-D", "1")
 	waitFor(t, "server", sout, "Waiting for client")
 	cli, cout, cerr := startProc(t, bin, "write_bw", "--addr", testaddr.Next().String(), "-p", port, "-q", "2",
-		"--run_infinitely", "-D", "1", "--report-both", srv)
+		"--run_infinitely", "-D", "1", srv)
 	waitFor(t, "client", cout, "QP 2") // the first interval's per-QP rows
 	if err := cli.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)

@@ -138,7 +138,9 @@ func runPerf(t perftest.Test, args []string) int {
 	}
 	if pf.LimitBW > 0 && cfg.Host != "" {
 		for _, r := range rows {
-			if r.QP == 0 && r.BWAvg < pf.LimitBW {
+			// The aggregate rows: not the per-QP rows, nor the
+			// per-direction rows of --report-both.
+			if r.QP == 0 && (r.Direction == "" || r.Direction == perftest.DirBoth) && r.BWAvg < pf.LimitBW {
 				return fail(name, fmt.Errorf("-w: bandwidth average %.2f %s at %d bytes is below the limit %g", r.BWAvg, r.Unit, r.Bytes, pf.LimitBW))
 			}
 		}

@@ -50,7 +50,11 @@ func TestCLIInputChecks(t *testing.T) {
 		{runPerfDispatch, []string{"write_bw", "-c", "UD", nowhere}, 2},
 		{runPerfDispatch, []string{"write_lat", "-w", "100", nowhere}, 2},
 		{runPerfDispatch, []string{"write_bw", "-U", nowhere}, 2},
-		{runPerfDispatch, []string{"send_bw", "--run_infinitely", nowhere}, 2},
+		{runPerfDispatch, []string{"send_lat", "--run_infinitely", nowhere}, 2},
+		{runPerfDispatch, []string{"send_bw", "--run_infinitely", "-b", nowhere}, 2},
+		{runPerfDispatch, []string{"write_bw", "--report-both", nowhere}, 2}, // needs -b
+		{runPerfDispatch, []string{"write_lat", "-l", "4", nowhere}, 2},
+		{runPerfDispatch, []string{"read_bw", "-c", "UD", nowhere}, 2},
 		{runPerfDispatch, []string{"write_bw", "--addr", testaddr.Next().String(), "-q", "100000", nowhere}, 1},
 		{func(a []string) int { return runPingpong(pingpong.RC, a) }, []string{"-s", "0", nowhere}, 2},
 		{func(a []string) int { return runPingpong(pingpong.UD, a) }, []string{"-n", "0", nowhere}, 2},

@@ -129,6 +129,12 @@ const (
 	DefaultCycle      = 4096 // cycle_buffer (page size)
 	DefaultCacheLine  = 64
 	MinRNRTimer       = 12
+	// UCMaxRx caps the receive depth of UC/UD runs (UC_MAX_RX).
+	UCMaxRx = 16000
+	// QKey is the Q_Key of UD runs (DEFF_QKEY).
+	QKey = 0x11111111
+	// GRHLen is the room a UD receive leaves for the GRH (UD_ADDITION).
+	GRHLen = 40
 	// MaxSize is the largest message of -a (2^23).
 	MaxSize = 1 << 23
 	// HopLimit of perftest's address vectors.
@@ -198,8 +204,17 @@ type Config struct {
 	// UC is -c UC: unreliable connected QPs (write and send tests, TCP
 	// exchange) instead of RC.
 	UC bool
-	// ReportBoth is --report-both: with -q N, a BW requester also
-	// reports each QP's share (rows with QP set) after the aggregate.
+	// UD is -c UD: unreliable datagram QPs (send_bw and send_lat, TCP
+	// exchange), messages at most one MTU, Q_Key 0x11111111.
+	UD bool
+	// Duplex is -b: both sides send at once (BW tests); each side
+	// reports the sum of both directions.
+	Duplex bool
+	// PostList is -l: each post call carries this many WRs (BW tests;
+	// 0 or 1: softib's default batching).
+	PostList int
+	// ReportBoth is --report-both: with -b, also print the local and
+	// the remote direction separately (rows with Direction set).
 	ReportBoth bool
 	// LatUnsorted (-U) prints every latency sample in the order
 	// measured; LatHistogram (-H) prints their histogram.
@@ -221,12 +236,19 @@ type Config struct {
 	Out io.Writer
 	// OnResult, if set, is called with each result row as it is made.
 	OnResult func(Row)
+
+	// defaultSize records that Size was left to perftest's default (UD
+	// clamps that to the MTU, never a user's value).
+	defaultSize bool
+	// udMTU is the path MTU of a UD run, its largest message.
+	udMTU int
 }
 
 func (c *Config) setDefaults() {
 	if c.TCPPort == 0 {
 		c.TCPPort = DefaultTCPPort
 	}
+	c.defaultSize = c.Size == 0
 	if c.Size == 0 {
 		switch {
 		case c.Test.Verb() == VerbAtomic:
@@ -254,9 +276,20 @@ func (c *Config) setDefaults() {
 	}
 	if c.RxDepth == 0 {
 		c.RxDepth = DefaultRxSend
+		if (c.UD || c.UC) && c.Duration == 0 {
+			// perftest posts every receive of an unreliable run up
+			// front (up to UC_MAX_RX): a datagram finding no receive
+			// is lost.
+			c.RxDepth = min(c.Iters, UCMaxRx)
+		}
 	}
 	if c.CQMod == 0 {
 		c.CQMod = DefaultCQMod
+		if c.PostList > 1 {
+			// As perftest: "CQ moderation will be the size of the
+			// post list".
+			c.CQMod = c.PostList
+		}
 	}
 	if c.Test.IsLat() {
 		c.CQMod = 1
@@ -289,6 +322,26 @@ func (c *Config) validate() error {
 	if c.QPs < 1 || c.TxDepth < 1 || c.RxDepth < 1 || c.Iters < 1 || c.CQMod < 1 {
 		return fmt.Errorf("QPs, depths, iterations and CQ moderation must be positive")
 	}
+	if c.UD && c.Test.Verb() != VerbSend {
+		return fmt.Errorf("-c UD: UD connection only possible in SEND verb (send_bw, send_lat)")
+	}
+	if c.Duplex && c.Test.IsLat() {
+		return fmt.Errorf("-b: bidirectional runs are bw tests only")
+	}
+	if c.PostList > 1 {
+		if c.Test.IsLat() {
+			return fmt.Errorf("-l %d: Post list is supported in BW tests only", c.PostList)
+		}
+		if c.Duration == 0 && c.Iters%c.PostList != 0 {
+			return fmt.Errorf("-l %d: Number of iterations must be a multiple of post list size (-n %d)", c.PostList, c.Iters)
+		}
+		if c.PostList%c.CQMod != 0 {
+			return fmt.Errorf("-l %d: Post list size must be a multiple of CQ moderation (-Q %d)", c.PostList, c.CQMod)
+		}
+		if c.PostList > c.TxDepth {
+			return fmt.Errorf("-l %d: the post list must fit the send queue (-t %d)", c.PostList, c.TxDepth)
+		}
+	}
 	if c.MTU != 0 {
 		if m := verbs.MTUFromBytes(c.MTU); m.Bytes() != c.MTU {
 			return fmt.Errorf("bad MTU %d: use 256, 512, 1024, 2048 or 4096", c.MTU)
@@ -303,15 +356,19 @@ func (c *Config) sizes() []int {
 		return []int{c.Size}
 	}
 	var s []int
-	for i := 1; i < 24; i++ {
+	for i := 1; i < 24 && 1<<i <= c.maxSize(); i++ {
 		s = append(s, 1<<i)
 	}
 	return s
 }
 
-// maxSize is the largest message of the run (buffer sizing).
+// maxSize is the largest message of the run (buffer sizing): -a goes up
+// to 2^23, or to the MTU with UD.
 func (c *Config) maxSize() int {
-	if c.AllSizes {
+	switch {
+	case c.AllSizes && c.udMTU > 0:
+		return c.udMTU
+	case c.AllSizes:
 		return MaxSize
 	}
 	return c.Size

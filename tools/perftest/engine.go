@@ -39,6 +39,22 @@ type Engine struct {
 	Inline int
 	// Events sleeps on completion channels instead of spinning.
 	Events bool
+	// PostList, when above 1, makes every post call carry exactly that
+	// many WRs (-l).
+	PostList int
+	// UD marks datagram QPs: sends carry AHs[qi] (set on the sending
+	// side), the peer's QPN and QKey; receives leave GRHLen bytes in
+	// front of the payload for the GRH.
+	UD  bool
+	AHs []verbs.AH
+	// RecvIdle, if set, ends a receiver that saw no message for this
+	// long with what it has (perftest's check_alive, for UD and UC
+	// where lost messages never arrive).
+	RecvIdle time.Duration
+	// StrictDeadline makes a duration receiver stop at its deadline
+	// instead of draining until the sender stops (--run_infinitely
+	// intervals).
+	StrictDeadline bool
 
 	sendW, recvW rdmautil.Waiter
 	wcs          []verbs.WC
@@ -51,6 +67,9 @@ type Engine struct {
 
 // postRecv posts one receive of size into QP qi's target region.
 func (e *Engine) postRecv(qi, size int) error {
+	if e.UD {
+		size += GRHLen
+	}
 	e.rsge[0] = e.MR.SGE(e.TargetOff(qi), size)
 	e.rwr[0] = verbs.RecvWR{ID: wrID(qi, 0), SGL: e.rsge[:]}
 	if _, err := e.QPs[qi].PostRecv(e.rwr[:]); err != nil {
@@ -103,8 +122,11 @@ type Sample struct {
 	Elapsed time.Duration
 	// RTTFactor is 2 for ping-pong latency tests and 1 otherwise.
 	RTTFactor int
-	// PerQP are the messages each QP completed (BW requester).
+	// PerQP are the messages each QP completed (BW requester) or
+	// received (send_bw responder).
 	PerQP []uint64
+	// Idle marks a receive sample cut short by Engine.RecvIdle.
+	Idle bool
 }
 
 // Completion is a completion event of a BW sample.
@@ -124,6 +146,9 @@ func (e *Engine) fillWR(wr *verbs.SendWR, sge *[1]verbs.SGE, qi, size, k int, si
 	switch e.Verb {
 	case VerbSend:
 		wr.Opcode = verbs.WRSend
+		if e.UD {
+			wr.AH, wr.RemoteQPN, wr.RemoteQKey = e.AHs[qi], rem.QPN, QKey
+		}
 	case VerbWrite, VerbRead:
 		wr.Opcode = verbs.WRRDMAWrite
 		if e.Verb == VerbRead {
@@ -173,19 +198,28 @@ func (e *Engine) BW(ctx context.Context, size, iters int, deadline time.Time) (*
 	sges := make([][1]verbs.SGE, e.TxDepth)
 	var total, done int
 	stopped := false
+	pl := max(e.PostList, 1)
 	for {
 		if dur && !stopped && time.Now().After(deadline) {
 			stopped = true
 		}
 		for qi := range nq {
 			n := 0
-			for (dur && !stopped || !dur && scnt[qi]+n < iters) && scnt[qi]-ccnt[qi]+n < e.TxDepth {
+			limit := e.TxDepth - (scnt[qi] - ccnt[qi])
+			if pl > 1 {
+				// -l: whole lists only, and only when one fits.
+				if limit < pl {
+					continue
+				}
+				limit = pl
+			}
+			for (dur && !stopped || !dur && scnt[qi]+n < iters) && n < limit {
 				k := scnt[qi] + n
 				last := !dur && k == iters-1
 				sig := (k+1)%e.CQMod == 0 || last
 				e.fillWR(&wrs[n], &sges[n], qi, size, k, sig)
 				n++
-				if sig && dur {
+				if sig && dur && pl <= 1 {
 					break
 				}
 			}
@@ -268,6 +302,11 @@ func (e *Engine) PostRecvs(size int) error {
 // RecvBW is the responder side of send_bw: it counts iters receives per
 // QP (or receives until deadline), re-posting as perftest does.
 func (e *Engine) RecvBW(ctx context.Context, size, iters int, deadline time.Time) (*Sample, error) {
+	return e.recvBW(ctx, size, iters, deadline, nil)
+}
+
+// recvBW is RecvBW; it closes first (when not nil) at the first message.
+func (e *Engine) recvBW(ctx context.Context, size, iters int, deadline time.Time, first chan struct{}) (*Sample, error) {
 	e.init()
 	nq := len(e.QPs)
 	dur := !deadline.IsZero()
@@ -282,10 +321,26 @@ func (e *Engine) RecvBW(ctx context.Context, size, iters int, deadline time.Time
 		defer cancel()
 	}
 	for dur || total < want {
-		c, err := e.recvW.Wait(wctx, e.wcs)
+		if dur && e.StrictDeadline && time.Now().After(deadline) {
+			break
+		}
+		c, err := e.waitRecv(wctx)
+		if errors.Is(err, errRecvIdle) {
+			if total == 0 {
+				return nil, fmt.Errorf("no message arrived for %v: %w", e.RecvIdle, err)
+			}
+			// perftest's check_alive: report what arrived.
+			s.Idle = true
+			break
+		}
 		if err != nil {
 			if dur && ctx.Err() == nil {
 				break
+			}
+			if ctx.Err() != nil && total > 0 {
+				s.Iters = uint64(total)
+				s.Elapsed = time.Duration(s.Completed[len(s.Completed)-1].T - s.Posted[0])
+				return s, fmt.Errorf("%w after %d of %d receives: %w", ErrInterrupted, total, want, ctx.Err())
 			}
 			return nil, fmt.Errorf("poll receive CQ after %d/%d receives: %w", total, want, err)
 		}
@@ -301,6 +356,9 @@ func (e *Engine) RecvBW(ctx context.Context, size, iters int, deadline time.Time
 			}
 			if total == 0 {
 				s.Posted = append(s.Posted, now)
+				if first != nil {
+					close(first)
+				}
 			}
 			rcnt[qi]++
 			total++
@@ -324,7 +382,79 @@ func (e *Engine) RecvBW(ctx context.Context, size, iters int, deadline time.Time
 	if len(s.Completed) > 0 && len(s.Posted) > 0 {
 		s.Elapsed = time.Duration(s.Completed[len(s.Completed)-1].T - s.Posted[0])
 	}
+	s.PerQP = make([]uint64, nq)
+	for qi := range nq {
+		s.PerQP[qi] = uint64(rcnt[qi])
+	}
 	return s, nil
+}
+
+// errRecvIdle ends a receiver that waited RecvIdle for a message.
+var errRecvIdle = errors.New("receiver idle")
+
+// waitRecv waits for receive completions, at most RecvIdle when set.
+func (e *Engine) waitRecv(ctx context.Context) (int, error) {
+	if e.RecvIdle <= 0 {
+		return e.recvW.Wait(ctx, e.wcs)
+	}
+	ictx, cancel := context.WithTimeout(ctx, e.RecvIdle)
+	defer cancel()
+	n, err := e.recvW.Wait(ictx, e.wcs)
+	if err != nil && ctx.Err() == nil && ictx.Err() != nil {
+		return 0, errRecvIdle
+	}
+	return n, err
+}
+
+// BiSend runs both directions of a bidirectional send_bw (run_iter_bi):
+// it receives iters messages per QP (receives posted by PostRecvs) while
+// it sends iters per QP. waitFirst holds the sends back until the first
+// message arrives, as perftest's server does. The sample is the send
+// direction's; recvd is how many messages arrived.
+func (e *Engine) BiSend(ctx context.Context, size, iters int, deadline time.Time, waitFirst bool) (s *Sample, recvd uint64, err error) {
+	e.init()
+	// The receive half runs on a copy of the engine with its own
+	// completion scratch; the QPs, CQs and receive counts are shared
+	// (each CQ is polled by one side only).
+	r := *e
+	r.wcs = make([]verbs.WC, len(e.wcs))
+	first := make(chan struct{})
+	type result struct {
+		s   *Sample
+		err error
+	}
+	done := make(chan result, 1)
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		rs, err := r.recvBW(rctx, size, iters, deadline, first)
+		done <- result{rs, err}
+	}()
+	if waitFirst {
+		select {
+		case <-first:
+		case res := <-done:
+			if res.err != nil {
+				return nil, 0, res.err
+			}
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		}
+	}
+	s, err = e.BW(ctx, size, iters, deadline)
+	if err != nil && !errors.Is(err, ErrInterrupted) {
+		stop()
+		<-done
+		return s, 0, err
+	}
+	res := <-done
+	if res.s != nil {
+		recvd = res.s.Iters
+	}
+	if err == nil {
+		err = res.err
+	}
+	return s, recvd, err
 }
 
 // LatReq is the requester of read_lat and atomic_lat: one operation at a

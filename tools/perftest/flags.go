@@ -77,13 +77,19 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) *Flags {
 		fs.Float64Var(&f.LimitBW, n, 0, "fail when the bandwidth average is below this `value` (MB/sec, or Gb/sec with --report_gbits)")
 	})
 	fs.BoolVar(&f.CPUUtil, "cpu_util", false, "report this process's CPU use (user+system over wall time, %) with -D")
-	fs.BoolVar(&cfg.ReportBoth, "report-both", false, "with -q N, also report each QP's share (write/read/atomic bw; the client)")
-	fs.BoolVar(&cfg.RunInfinitely, "run_infinitely", false, "report every -D seconds (default 5) until interrupted (write/read/atomic bw)")
+	fs.BoolVar(&cfg.ReportBoth, "report-both", false, "with -b, also report the local and the remote direction separately")
+	fs.BoolVar(&cfg.RunInfinitely, "run_infinitely", false, "report every -D seconds (default 5) until interrupted (bw tests)")
+	both("b", "bidirectional", func(n string) {
+		fs.BoolVar(&cfg.Duplex, n, false, "measure bidirectional bandwidth: both sides send (bw tests)")
+	})
+	both("l", "post_list", func(n string) {
+		fs.IntVar(&cfg.PostList, n, 1, "post `N` work requests per post call (bw tests; CQ moderation defaults to N)")
+	})
 	fs.StringVar(&f.SourceIP, "source_ip", "", "source IP `address` of the exchange connection (default: --addr when given)")
 	fs.BoolVar(&f.OutJSON, "out_json", false, "also write the results as JSON to --out_json_file")
 	fs.StringVar(&f.OutJSONFile, "out_json_file", "", "`file` for --out_json (default perftest_out.json; implies --out_json)")
 	both("c", "connection", func(n string) {
-		fs.StringVar(&f.conn, n, "RC", "connection `type`: RC or UC (UC: write and send tests)")
+		fs.StringVar(&f.conn, n, "RC", "connection `type`: RC, UC (write and send tests) or UD (send tests)")
 	})
 	return f
 }
@@ -119,7 +125,7 @@ func (f *Flags) Finish(args []string) error {
 			if f.cfg.QPs < 1 {
 				bad = fmt.Errorf("-%s %s: the number of QPs must be positive", fl.Name, fl.Value)
 			}
-		case "t", "tx-depth", "r", "rx-depth", "Q", "cq-mod":
+		case "t", "tx-depth", "r", "rx-depth", "Q", "cq-mod", "l", "post_list":
 			if v := fl.Value.(flag.Getter).Get().(int); v < 1 {
 				bad = fmt.Errorf("-%s %s: must be positive", fl.Name, fl.Value)
 			}
@@ -146,9 +152,29 @@ func (f *Flags) Finish(args []string) error {
 		return fmt.Errorf("bad -D %d", f.duration)
 	}
 	f.cfg.Duration = time.Duration(f.duration) * time.Second
-	bwOneSided := f.cfg.Test == WriteBW || f.cfg.Test == ReadBW || f.cfg.Test == AtomicBW
-	if (f.cfg.RunInfinitely || f.cfg.ReportBoth) && !bwOneSided {
-		return fmt.Errorf("--run_infinitely and --report-both: only write_bw, read_bw and atomic_bw support them in softib")
+	// perftest's own refusals (force_dependecies), in its words.
+	if f.cfg.RunInfinitely {
+		switch {
+		case f.cfg.Test.IsLat():
+			return fmt.Errorf("--run_infinitely: run_infinitely exists only in BW tests for now")
+		case f.cfg.Events:
+			return fmt.Errorf("--run_infinitely: run_infinitely does not support events feature yet")
+		case f.cfg.Duplex && f.cfg.Test.Verb() == VerbSend:
+			return fmt.Errorf("--run_infinitely: run_infinitely mode is not supported in SEND Bidirectional BW test")
+		}
+	}
+	if f.cfg.ReportBoth && !f.cfg.Duplex {
+		// perftest takes it and prints nothing more without -b.
+		return fmt.Errorf("--report-both: reports the two directions of a bidirectional bw test (-b) separately; add -b")
+	}
+	if f.cfg.ReportBoth && f.cfg.Test == SendBW && f.duration > 0 {
+		return fmt.Errorf("--report-both: a -D bidirectional send_bw exchanges no reports (each side prints its own sends); drop --report-both or -D")
+	}
+	if f.cfg.Duplex && f.cfg.Test.IsLat() {
+		return fmt.Errorf("-b: bidirectional mode is for the bw tests (latency tests are ping-pong already)")
+	}
+	if f.cfg.PostList > 1 && f.cfg.Test.IsLat() {
+		return fmt.Errorf("-l %d: Post list is supported in BW tests only", f.cfg.PostList)
 	}
 	if (f.cfg.LatUnsorted || f.cfg.LatHistogram) && !f.cfg.Test.IsLat() {
 		return fmt.Errorf("-U and -H: only the latency tests report samples")
@@ -176,14 +202,22 @@ func (f *Flags) Finish(args []string) error {
 		// As perftest: UC carries RDMA WRITE and SEND, not READ or
 		// atomics.
 		if v := f.cfg.Test.Verb(); v != VerbWrite && v != VerbSend {
-			return fmt.Errorf("-c UC: UC QPs carry RDMA WRITE and SEND only (write_bw, write_lat, send_bw, send_lat)")
+			return fmt.Errorf("-c UC: UC connection not possible in READ/ATOMIC verbs (UC: write_bw, write_lat, send_bw, send_lat)")
 		}
 		if f.cfg.RDMACM {
 			return fmt.Errorf("-c UC with -R: softib's RDMA CM mode connects RC QPs only; run UC without -R")
 		}
 		f.cfg.UC = true
+	case "UD":
+		if f.cfg.Test.Verb() != VerbSend {
+			return fmt.Errorf("-c UD: UD connection only possible in SEND verb (send_bw, send_lat)")
+		}
+		if f.cfg.RDMACM {
+			return fmt.Errorf("-c UD with -R: softib's RDMA CM mode connects RC QPs only; run UD without -R")
+		}
+		f.cfg.UD = true
 	default:
-		return fmt.Errorf("-c %s: softib's perftest runs RC or UC (UD: use ud_pingpong)", c)
+		return fmt.Errorf("-c %s: Invalid Connection type; softib's perftest runs RC, UC or UD", c)
 	}
 	return nil
 }

@@ -33,9 +33,30 @@ type Row struct {
 	P99      float64 `json:"p99_usec,omitempty"`
 	P999     float64 `json:"p99_9_usec,omitempty"`
 	TPS      float64 `json:"tps_average,omitempty"`
-	// QP is the 1-based QP of a --report-both per-QP row (0: the
-	// aggregate over every QP).
+	// QP is the 1-based QP of a per-QP row (printed under the
+	// aggregate with -q N; 0: the aggregate over every QP).
 	QP int `json:"qp,omitempty"`
+	// Direction marks the rows of a bidirectional run (-b): "both" is
+	// the sum perftest prints, "local" and "remote" each side's own
+	// sends (--report-both, and the per-QP rows).
+	Direction string `json:"direction,omitempty"`
+}
+
+// Directions of bidirectional rows.
+const (
+	DirBoth   = "both"
+	DirLocal  = "local"
+	DirRemote = "remote"
+)
+
+// SumRow is print_full_bw_report's row of a bidirectional run: the local
+// row with the remote report's peak, average and message rate added.
+func SumRow(local Row, rem *BWReport) Row {
+	local.BWPeak += rem.BWPeak
+	local.BWAvg += rem.BWAvg
+	local.MsgRate += rem.MsgRate
+	local.Direction = DirBoth
+	return local
 }
 
 // Report strings of perftest.
@@ -235,6 +256,9 @@ type Banner struct {
 	OutReads int
 	RDMACM   bool
 	UC       bool
+	UD       bool
+	Duplex   bool
+	PostList int
 }
 
 // WriteBanner writes perftest's test-information block.
@@ -248,22 +272,34 @@ func WriteBanner(w io.Writer, b *Banner) {
 	if b.Test.IsLat() {
 		s.WriteString("Latency ")
 	} else {
+		if b.Duplex {
+			s.WriteString("Bidirectional ")
+		}
+		if b.PostList > 1 {
+			s.WriteString("Post List ")
+		}
 		s.WriteString("BW ")
 	}
 	s.WriteString("Test\n")
 	fmt.Fprintf(&s, " Dual-port       : OFF\t\tDevice         : %s\n", b.Device)
 	fmt.Fprintf(&s, " Number of qps   : %d\t\tTransport type : IB\n", b.QPs)
 	conn := "RC"
-	if b.UC {
+	switch {
+	case b.UC:
 		conn = "UC"
+	case b.UD:
+		conn = "UD"
 	}
 	s.WriteString(" Connection type : " + conn + "\t\tUsing SRQ      : OFF\n")
 	s.WriteString(" PCIe relax order: Unsupported\n")
 	s.WriteString(" ibv_wr* API     : OFF\n")
-	if b.Client || b.Test.IsLat() {
+	if b.Client || b.Test.IsLat() || b.Duplex {
 		fmt.Fprintf(&s, " TX depth        : %d\n", b.TxDepth)
 	}
-	if b.Test.Verb() == VerbSend && (!b.Client || b.Test.IsLat()) {
+	if b.PostList > 1 {
+		fmt.Fprintf(&s, " Post List       : %d\n", b.PostList)
+	}
+	if b.Test.Verb() == VerbSend && (!b.Client || b.Test.IsLat() || b.Duplex) {
 		fmt.Fprintf(&s, " RX depth        : %d\n", b.RxDepth)
 	}
 	if !b.Test.IsLat() {

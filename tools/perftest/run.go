@@ -30,6 +30,11 @@ type Resources struct {
 // Close releases the resources.
 func (r *Resources) Close() {
 	if r.Engine != nil {
+		for _, ah := range r.Engine.AHs {
+			if ah != nil {
+				ah.Destroy()
+			}
+		}
 		for _, qp := range r.Engine.QPs {
 			qp.Destroy()
 		}
@@ -110,11 +115,19 @@ func NewResources(dev verbs.Device, cfg *Config, mtu verbs.MTU, cycle, cacheLine
 		return nil, fmt.Errorf("couldn't allocate PD: %w", err)
 	}
 	region := max(cfg.maxSize(), cycle)
+	if cfg.UD {
+		region = max(cfg.maxSize()+GRHLen, cycle)
+	}
 	region = (region + cacheLine - 1) / cacheLine * cacheLine
 	nq := cfg.QPs
 	mrAccess, qpAccess := accessFor(v)
 	e := &Engine{Region: region, Verb: v, Atomic: cfg.Atomic, TxDepth: cfg.TxDepth, CQMod: cfg.CQMod,
-		RxDepth: cfg.RxDepth, Cycle: cycle, CacheLine: cacheLine, Events: cfg.Events}
+		RxDepth: cfg.RxDepth, Cycle: cycle, CacheLine: cacheLine, Events: cfg.Events, PostList: cfg.PostList, UD: cfg.UD}
+	if cfg.UD || cfg.UC {
+		// A lost message never arrives: after a minute without one
+		// the receiver reports what it has, as perftest's check_alive.
+		e.RecvIdle = UnreliableIdle
+	}
 	res.Engine = e
 	// One spare region absorbs a peer's address walk past the last one.
 	if e.MR, err = res.PD.RegMR(make([]byte, (2*nq+1)*region), mrAccess); err != nil {
@@ -128,10 +141,12 @@ func NewResources(dev verbs.Device, cfg *Config, mtu verbs.MTU, cycle, cacheLine
 	}
 	inline := 0
 	if cfg.Test.IsLat() {
-		switch v {
-		case VerbWrite:
+		switch {
+		case v == VerbWrite:
 			inline = 220
-		case VerbSend:
+		case v == VerbSend && cfg.UD:
+			inline = 188 // DEF_INLINE_SEND_UD
+		case v == VerbSend:
 			inline = 236
 		}
 	}
@@ -147,8 +162,11 @@ func NewResources(dev verbs.Device, cfg *Config, mtu verbs.MTU, cycle, cacheLine
 	}
 	for i := range nq {
 		qpType := verbs.QPTypeRC
-		if cfg.UC {
+		switch {
+		case cfg.UC:
 			qpType = verbs.QPTypeUC
+		case cfg.UD:
+			qpType = verbs.QPTypeUD
 		}
 		qp, err := res.PD.CreateQP(&verbs.QPInitAttr{Type: qpType, SendCQ: e.SendCQ, RecvCQ: e.RecvCQ,
 			Cap: verbs.QPCap{MaxSendWR: cfg.TxDepth, MaxRecvWR: rx, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: inline}})
@@ -159,7 +177,13 @@ func NewResources(dev verbs.Device, cfg *Config, mtu verbs.MTU, cycle, cacheLine
 		if _, ia, err := qp.Query(); err == nil {
 			inline = min(inline, ia.Cap.MaxInlineData)
 		}
-		if err := rdmautil.ToInit(qp, cfg.Port, qpAccess); err != nil {
+		if cfg.UD {
+			// ctx_modify_qp_to_init: UD QPs take the Q_Key, no access.
+			a := verbs.QPAttr{State: verbs.QPStateInit, PortNum: cfg.Port, QKey: QKey}
+			if err := qp.Modify(&a, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrQKey); err != nil {
+				return nil, fmt.Errorf("modify UD QP to INIT: %w", err)
+			}
+		} else if err := rdmautil.ToInit(qp, cfg.Port, qpAccess); err != nil {
 			return nil, err
 		}
 		res.Local = append(res.Local, Key{LID: pa.LID, OutReads: uint16(res.OutReads), QPN: qp.QPN(),
@@ -183,8 +207,15 @@ func (r *Resources) Connect(cfg *Config, client bool) error {
 			AV:              rdmautil.AV(cfg.Port, rdmautil.Peer{LID: rem.LID, GID: rem.GID, DPort: cfg.PeerUDPPort}, r.GIDIndex, HopLimit, cfg.SL),
 			MaxDestRdAtomic: uint8(min(r.OutReads, 255)), MinRNRTimer: MinRNRTimer,
 			Timeout: DefaultQPTimeout, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: uint8(min(max(int(rem.OutReads), 1), 255))}
+		sends := cfg.Test.IsLat() || client || cfg.Duplex
+		if cfg.UD {
+			if err := udConnect(r, i, &c, sends); err != nil {
+				return fmt.Errorf("qp %d: %w", i, err)
+			}
+			continue
+		}
 		if cfg.UC {
-			if err := ucConnect(qp, &c, cfg.Test.IsLat() || client); err != nil {
+			if err := ucConnect(qp, &c, sends); err != nil {
 				return fmt.Errorf("qp %d: %w", i, err)
 			}
 			continue
@@ -192,7 +223,7 @@ func (r *Resources) Connect(cfg *Config, client bool) error {
 		if err := rdmautil.ToRTR(qp, &c); err != nil {
 			return fmt.Errorf("qp %d: %w", i, err)
 		}
-		if cfg.Test.IsLat() || client {
+		if sends {
 			if err := rdmautil.ToRTS(qp, &c); err != nil {
 				return fmt.Errorf("qp %d: %w", i, err)
 			}
@@ -296,6 +327,16 @@ func run(ctx context.Context, dev verbs.Device, cfg *Config, p *Proto, client bo
 	if mtu, err = p.MTU(remVer, mtu); err != nil {
 		return nil, err
 	}
+	if cfg.UD {
+		cfg.udMTU = mtu.Bytes()
+	}
+	if cfg.UD && cfg.maxSize() > mtu.Bytes() {
+		// A datagram is one packet.
+		if !cfg.defaultSize && !cfg.AllSizes {
+			return nil, fmt.Errorf("-c UD -s %d: Max msg size in UD is MTU %d", cfg.Size, mtu.Bytes())
+		}
+		cfg.Size = mtu.Bytes()
+	}
 	res, err := NewResources(dev, cfg, mtu, cycle, cacheLine)
 	if err != nil {
 		return nil, err
@@ -304,7 +345,8 @@ func run(ctx context.Context, dev verbs.Device, cfg *Config, p *Proto, client bo
 	e := res.Engine
 	WriteBanner(cfg.Out, &Banner{Test: cfg.Test, Atomic: cfg.Atomic, Device: dev.Name(), QPs: cfg.QPs, Client: client,
 		TxDepth: cfg.TxDepth, RxDepth: cfg.RxDepth, CQMod: cfg.CQMod, MTU: mtu, GIDIndex: res.GIDIndex,
-		Inline: e.Inline, OutReads: res.OutReads, RDMACM: cfg.RDMACM, UC: cfg.UC})
+		Inline: e.Inline, OutReads: res.OutReads, RDMACM: cfg.RDMACM, UC: cfg.UC, UD: cfg.UD,
+		Duplex: cfg.Duplex, PostList: cfg.PostList})
 
 	res.Remote = make([]Key, cfg.QPs)
 	hs0 := func() error {
@@ -379,14 +421,45 @@ func run(ctx context.Context, dev verbs.Device, cfg *Config, p *Proto, client bo
 			cfg.OnResult(r)
 		}
 	}
-	// emitQP adds a --report-both per-QP row, printed as a line of its
-	// own under the aggregate.
+	// emitQP adds a per-QP row (-q N), printed as a line of its own
+	// under the aggregate.
 	emitQP := func(r Row) {
 		rows = append(rows, r)
 		fmt.Fprintf(cfg.Out, "   QP %-4d  %-10d       %-7.2f            %-7.2f\t\t   %-7.6f\n", r.QP, r.Iters, r.BWPeak, r.BWAvg, r.MsgRate)
 		if cfg.OnResult != nil {
 			cfg.OnResult(r)
 		}
+	}
+	emitQPs := func(s *Sample, dir string) {
+		for _, r := range perQPRows(cfg, s) {
+			r.Direction = dir
+			emitQP(r)
+		}
+	}
+	// emitDuplex adds a bidirectional row: the sum of the local row and
+	// the peer's report (xchg_bw_reports + print_full_bw_report), then
+	// with --report-both each direction under a table of its own.
+	emitDuplex := func(local Row, s *Sample) error {
+		rem, err := p.Reports(remVer, ptr(ReportOf(&local)))
+		if err != nil {
+			return err
+		}
+		emit(SumRow(local, &rem))
+		local.Direction = DirLocal
+		emitQPs(s, DirLocal)
+		if cfg.ReportBoth {
+			remote := RowFromReport(t, &rem, cfg.ReportGbits)
+			remote.Direction = DirRemote
+			for _, side := range []struct {
+				title string
+				r     Row
+			}{{"Local", local}, {"Remote", remote}} {
+				fmt.Fprintf(cfg.Out, "%s\n %s results: \n%s", ResultLine, side.title, ResultLine)
+				fmt.Fprint(cfg.Out, Header(t, cfg.ReportGbits, false))
+				emit(side.r)
+			}
+		}
+		return nil
 	}
 	deadline := func() time.Time {
 		if cfg.Duration > 0 {
@@ -428,7 +501,7 @@ func run(ctx context.Context, dev verbs.Device, cfg *Config, p *Proto, client bo
 
 	switch t {
 	case WriteBW, ReadBW, AtomicBW:
-		if !client {
+		if !client && !cfg.Duplex {
 			// The server waits for the client's results.
 			if err := hs0(); err != nil {
 				return nil, err
@@ -446,19 +519,30 @@ func run(ctx context.Context, dev verbs.Device, cfg *Config, p *Proto, client bo
 		var last Row
 		if cfg.RunInfinitely {
 			// A row every Duration until Ctrl-C: the server's
-			// report exchange never comes.
+			// report exchange never comes. With -b both sides send
+			// and each counts its own direction twice, as perftest
+			// does (run_inf_bi_factor).
 			for {
 				s, err := e.BW(ctx, cfg.Size, cfg.Iters, deadline())
 				if err != nil {
 					return rows, err
 				}
-				emit(bwRow(cfg, s))
-				for _, r := range perQPRows(cfg, s) {
-					emitQP(r)
+				r := bwRow(cfg, s)
+				r.BWPeak = 0 // perftest: noPeak in run_infinitely
+				if cfg.Duplex {
+					r.BWAvg, r.MsgRate, r.Direction = 2*r.BWAvg, 2*r.MsgRate, DirBoth
 				}
+				emit(r)
+				emitQPs(s, "")
 			}
 		}
 		for _, size := range cfg.sizes() {
+			if cfg.Duplex {
+				// Both sides start together.
+				if err := hs0(); err != nil {
+					return rows, err
+				}
+			}
 			s, err := e.BW(ctx, size, cfg.Iters, deadline())
 			if errors.Is(err, ErrInterrupted) {
 				emit(bwRow(cfg, s))
@@ -468,10 +552,27 @@ func run(ctx context.Context, dev verbs.Device, cfg *Config, p *Proto, client bo
 				return rows, err
 			}
 			last = bwRow(cfg, s)
-			emit(last)
-			for _, r := range perQPRows(cfg, s) {
-				emitQP(r)
+			if cfg.Duplex {
+				if cfg.AllSizes {
+					// perftest ≥ 4.6 syncs again after each size.
+					if err := hs0(); err != nil {
+						return rows, err
+					}
+				}
+				if err := emitDuplex(last, s); err != nil {
+					return rows, err
+				}
+				continue
 			}
+			emit(last)
+			emitQPs(s, "")
+		}
+		if cfg.Duplex {
+			fmt.Fprint(cfg.Out, ResultLine)
+			if err := p.Close(res.Local[0]); err != nil {
+				return rows, err
+			}
+			return rows, nil
 		}
 		if err := hs0(); err != nil {
 			return rows, err
@@ -486,8 +587,36 @@ func run(ctx context.Context, dev verbs.Device, cfg *Config, p *Proto, client bo
 		return finish()
 
 	case SendBW:
-		for _, size := range cfg.sizes() {
+		if cfg.RunInfinitely {
+			// Both sides report every Duration until Ctrl-C
+			// (run_iter_bw_infinitely and its _server).
 			if !client {
+				if err := e.PostRecvs(cfg.Size); err != nil {
+					return rows, err
+				}
+				e.StrictDeadline = true
+			}
+			if err := hs0(); err != nil {
+				return rows, err
+			}
+			for {
+				var s *Sample
+				if client {
+					s, err = e.BW(ctx, cfg.Size, cfg.Iters, deadline())
+				} else {
+					s, err = e.RecvBW(ctx, cfg.Size, cfg.Iters, deadline())
+				}
+				if err != nil {
+					return rows, err
+				}
+				r := bwRow(cfg, s)
+				r.BWPeak = 0
+				emit(r)
+				emitQPs(s, "")
+			}
+		}
+		for _, size := range cfg.sizes() {
+			if !client || cfg.Duplex {
 				if err := e.PostRecvs(size); err != nil {
 					return rows, err
 				}
@@ -496,9 +625,12 @@ func run(ctx context.Context, dev verbs.Device, cfg *Config, p *Proto, client bo
 				return rows, err
 			}
 			var s *Sample
-			if client {
+			switch {
+			case cfg.Duplex:
+				s, _, err = e.BiSend(ctx, size, cfg.Iters, deadline(), !client)
+			case client:
 				s, err = e.BW(ctx, size, cfg.Iters, deadline())
-			} else {
+			default:
 				s, err = e.RecvBW(ctx, size, cfg.Iters, deadline())
 			}
 			if errors.Is(err, ErrInterrupted) {
@@ -508,7 +640,26 @@ func run(ctx context.Context, dev verbs.Device, cfg *Config, p *Proto, client bo
 			if err != nil {
 				return rows, err
 			}
-			emit(bwRow(cfg, s))
+			if s.Idle {
+				fmt.Fprintf(cfg.Out, " Did not get Message for %v, exiting..\n Total Received=%d, Total Iters Required=%d\n",
+					UnreliableIdle, s.Iters, cfg.Iters*cfg.QPs)
+			}
+			switch {
+			case cfg.Duplex && cfg.Duration == 0:
+				if err := emitDuplex(bwRow(cfg, s), s); err != nil {
+					return rows, err
+				}
+			case cfg.Duplex:
+				// perftest: a -D bidirectional send test reports
+				// each side's own sends, with no exchange.
+				r := bwRow(cfg, s)
+				r.Direction = DirLocal
+				emit(r)
+				emitQPs(s, DirLocal)
+			default:
+				emit(bwRow(cfg, s))
+				emitQPs(s, "")
+			}
 			if cfg.AllSizes {
 				if err := hs0(); err != nil {
 					return rows, err
@@ -581,6 +732,8 @@ func listenAddr(a netip.Addr, port int) string {
 	return netip.AddrPortFrom(a, uint16(port)).String()
 }
 
+func ptr[T any](v T) *T { return &v }
+
 // bwRow is BWRow with -N (no peak) applied.
 func bwRow(cfg *Config, s *Sample) Row {
 	r := BWRow(cfg.Test, s, cfg.ReportGbits)
@@ -590,10 +743,11 @@ func bwRow(cfg *Config, s *Sample) Row {
 	return r
 }
 
-// perQPRows are --report-both's rows: each QP's messages over the
-// sample's time (no peak: the windows are the aggregate's).
+// perQPRows are the rows of -q N under the aggregate: each QP's messages
+// over the sample's time (no peak: the windows are the aggregate's), so
+// that the scaling over QPs shows.
 func perQPRows(cfg *Config, s *Sample) []Row {
-	if !cfg.ReportBoth || len(s.PerQP) < 2 {
+	if len(s.PerQP) < 2 {
 		return nil
 	}
 	var rows []Row
@@ -605,6 +759,36 @@ func perQPRows(cfg *Config, s *Sample) []Row {
 		rows = append(rows, r)
 	}
 	return rows
+}
+
+// UnreliableIdle is how long a UC/UD receiver waits for a message before
+// it reports what arrived (perftest's check_alive: 60 s alarms).
+const UnreliableIdle = 60 * time.Second
+
+// udConnect moves UD QP i (in INIT with the Q_Key) to RTR, and to RTS with
+// an address handle toward its peer when it sends.
+func udConnect(r *Resources, i int, c *rdmautil.RCConnect, sends bool) error {
+	qp := r.Engine.QPs[i]
+	a := verbs.QPAttr{State: verbs.QPStateRTR}
+	if err := qp.Modify(&a, verbs.QPAttrState); err != nil {
+		return fmt.Errorf("modify UD QP to RTR: %w", err)
+	}
+	if !sends {
+		return nil
+	}
+	a = verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: c.SQPSN}
+	if err := qp.Modify(&a, verbs.QPAttrState|verbs.QPAttrSQPSN); err != nil {
+		return fmt.Errorf("modify UD QP to RTS: %w", err)
+	}
+	ah, err := r.PD.CreateAH(&c.AV)
+	if err != nil {
+		return fmt.Errorf("create AH: %w", err)
+	}
+	if r.Engine.AHs == nil {
+		r.Engine.AHs = make([]verbs.AH, len(r.Engine.QPs))
+	}
+	r.Engine.AHs[i] = ah
+	return nil
 }
 
 // ucConnect moves a UC QP to RTR, and to RTS when rts: UC has no

@@ -9,9 +9,13 @@ import (
 )
 
 // completer processes ACKs, NAKs and responses for the requester
-// (rxe_comp.c): it completes WQEs in order, runs the retransmit and RNR
-// timers and rewinds the requester for go-back-N.
+// (rxe_comp.c): it completes WQEs in order, owns the retransmit
+// deadline and the retry and RNR retry counters, and rewinds the
+// requester for go-back-N. Its fields are guarded by QP.mu and written
+// only by its methods; the requester reports each request it sends
+// (onRequestSent).
 type completer struct {
+	q         *QP        // set once by CreateQP
 	psn       seqnum.PSN // oldest PSN not yet acknowledged
 	retryCnt  uint8
 	rnrRetry  uint8
@@ -22,8 +26,37 @@ type completer struct {
 	retrying bool
 }
 
+// reset clears the completer (QP to RESET).
+func (c *completer) reset() { *c = completer{q: c.q} }
+
+// setPSN sets the oldest unacknowledged PSN (sq_psn: nothing is
+// outstanding).
+func (c *completer) setPSN(psn seqnum.PSN) { c.psn = psn }
+
+// setRetryCnt and setRNRRetry load the retry counters (Modify).
+func (c *completer) setRetryCnt(n uint8) { c.retryCnt = n }
+
+func (c *completer) setRNRRetry(n uint8) { c.rnrRetry = n }
+
+// resetRetries reloads both retry counters from the QP attributes
+// (entering RTS, and after progress).
+func (c *completer) resetRetries() {
+	c.retryCnt, c.rnrRetry = c.q.attr.RetryCnt, c.q.attr.RNRRetry
+}
+
+// onRequestSent starts the retransmit deadline if none runs. Should be
+// called after the requester queued an RC request packet.
+func (c *completer) onRequestSent(now int64) {
+	if c.timeoutAt == 0 {
+		if rto := ackTimeout(c.q.attr.Timeout); rto > 0 {
+			c.timeoutAt = now + int64(rto)
+		}
+	}
+}
+
 // oldest returns the oldest send WQE that has not finished, or nil.
-func (q *QP) oldest() *sendWQE {
+func (c *completer) oldest() *sendWQE {
+	q := c.q
 	for p := q.sq.head; p != q.sq.tail; p++ {
 		w := q.sq.at(p)
 		if w.state != wqeDone {
@@ -38,12 +71,13 @@ func (q *QP) oldest() *sendWQE {
 
 // complete handles a response packet (ACK, NAK, READ response, atomic
 // ACK).
-func (q *QP) complete(p *packet, now int64) {
+func (c *completer) complete(p *packet, now int64) {
+	q := c.q
 	if q.typ != verbs.QPTypeRC {
 		q.dev.stats.BadResp.Inc()
 		return
 	}
-	if p.psn.Less(q.comp.psn) {
+	if p.psn.Less(c.psn) {
 		// Already acknowledged: a duplicate answer to a retransmission.
 		q.dev.stats.StaleResp.Inc()
 		return
@@ -62,7 +96,7 @@ func (q *QP) complete(p *packet, now int64) {
 	// except NAKed/RNR'd ones, whose PSN is the first not done.
 	var w *sendWQE
 	for {
-		w = q.oldest()
+		w = c.oldest()
 		if w == nil {
 			q.dev.stats.BadResp.Inc()
 			return
@@ -72,11 +106,11 @@ func (q *QP) complete(p *packet, now int64) {
 		}
 		if w.isReadAtomic() {
 			// Its response got lost: go back and ask again.
-			q.retryOnce(now)
+			c.retryOnce(now)
 			return
 		}
-		q.wqeDone(w, verbs.WCSuccess)
-		q.progress(w.lastPSN.Next(), now)
+		q.req.done(w, verbs.WCSuccess)
+		c.progress(w.lastPSN.Next(), now)
 	}
 	switch {
 	case p.op.Is(roce.MaskPayload): // READ response
@@ -84,8 +118,8 @@ func (q *QP) complete(p *packet, now int64) {
 			q.dev.stats.BadResp.Inc()
 			return
 		}
-		if p.psn != q.comp.psn {
-			q.retryOnce(now) // a response packet is missing
+		if p.psn != c.psn {
+			c.retryOnce(now) // a response packet is missing
 			return
 		}
 		first, last := p.psn == w.firstPSN, p.psn == w.lastPSN
@@ -102,11 +136,11 @@ func (q *QP) complete(p *packet, now int64) {
 		}
 		copyIn(w.segs, int(off), p.payload())
 		if hasAETH {
-			q.credits(p)
+			q.req.credits(roce.AETH(p.ext(roce.HdrAETH)))
 		}
-		q.progress(p.psn.Next(), now)
+		c.progress(p.psn.Next(), now)
 		if last {
-			q.wqeDone(w, verbs.WCSuccess)
+			q.req.done(w, verbs.WCSuccess)
 		}
 	case p.op == roce.RCAtomicAck:
 		if w.opcode != verbs.WRAtomicCmpAndSwp && w.opcode != verbs.WRAtomicFetchAndAdd || p.psn != w.firstPSN {
@@ -116,63 +150,63 @@ func (q *QP) complete(p *packet, now int64) {
 		var b [8]byte
 		binary.NativeEndian.PutUint64(b[:], binary.BigEndian.Uint64(p.ext(roce.HdrAtomicAckETH)))
 		copyIn(w.segs, 0, b[:])
-		q.credits(p)
-		q.progress(p.psn.Next(), now)
-		q.wqeDone(w, verbs.WCSuccess)
+		q.req.credits(roce.AETH(p.ext(roce.HdrAETH)))
+		c.progress(p.psn.Next(), now)
+		q.req.done(w, verbs.WCSuccess)
 	default: // ACKNOWLEDGE
 		switch syn.Type() {
 		case roce.SyndromeACK:
 			if w.isReadAtomic() {
 				// An ACK inside a READ/atomic: its data was lost.
-				q.retryOnce(now)
+				c.retryOnce(now)
 				return
 			}
-			q.credits(p)
-			q.progress(p.psn.Next(), now)
+			q.req.credits(roce.AETH(p.ext(roce.HdrAETH)))
+			c.progress(p.psn.Next(), now)
 			if p.psn == w.lastPSN {
-				q.wqeDone(w, verbs.WCSuccess)
+				q.req.done(w, verbs.WCSuccess)
 			}
 		case roce.SyndromeRNRNAK:
 			q.dev.stats.RcvRNR.Inc()
 			q.stats.RcvRNR.Inc()
-			if p.psn.Less(q.comp.psn) {
+			if p.psn.Less(c.psn) {
 				return
 			}
-			q.comp.psn = p.psn
-			if q.comp.rnrRetry == 0 {
+			c.psn = p.psn
+			if c.rnrRetry == 0 {
 				q.dev.stats.RNRRetryExceeded.Inc()
 				q.stats.RNRRetryExceeded.Inc()
-				q.wqeDone(w, verbs.WCRNRRetryExcErr)
+				q.req.done(w, verbs.WCRNRRetryExcErr)
 				q.fail(verbs.EventQPFatal)
 				return
 			}
-			if q.comp.rnrRetry != 7 {
-				q.comp.rnrRetry--
+			if c.rnrRetry != 7 {
+				c.rnrRetry--
 			}
-			q.rewind()
-			q.req.rnrUntil = now + int64(syn.RNRTimer().Duration())
-			q.comp.timeoutAt = 0
+			q.req.rewind(c.psn)
+			q.req.pauseUntil(now + int64(syn.RNRTimer().Duration()))
+			c.timeoutAt = 0
 		case roce.SyndromeNAK:
 			switch syn.NAKCode() {
 			case roce.NAKPSNSeqError:
 				q.dev.stats.RcvSeqErr.Inc()
 				q.stats.RcvSeqErr.Inc()
-				if q.comp.psn.Less(p.psn) {
-					q.comp.psn = p.psn
-					q.comp.retrying = false
+				if c.psn.Less(p.psn) {
+					c.psn = p.psn
+					c.retrying = false
 				}
-				q.retryOnce(now)
+				c.retryOnce(now)
 			case roce.NAKInvalidRequest:
-				q.wqeDone(w, verbs.WCRemInvReqErr)
+				q.req.done(w, verbs.WCRemInvReqErr)
 				q.fail(verbs.EventQPFatal)
 			case roce.NAKRemoteAccessError:
-				q.wqeDone(w, verbs.WCRemAccessErr)
+				q.req.done(w, verbs.WCRemAccessErr)
 				q.fail(verbs.EventQPFatal)
 			case roce.NAKRemoteOpError:
-				q.wqeDone(w, verbs.WCRemOpErr)
+				q.req.done(w, verbs.WCRemOpErr)
 				q.fail(verbs.EventQPFatal)
 			default:
-				q.wqeDone(w, verbs.WCBadRespErr)
+				q.req.done(w, verbs.WCBadRespErr)
 				q.fail(verbs.EventQPFatal)
 			}
 		default:
@@ -183,128 +217,79 @@ func (q *QP) complete(p *packet, now int64) {
 
 // progress records that every PSN before psn is acknowledged: the retry
 // counters and the retransmit deadline restart.
-func (q *QP) progress(psn seqnum.PSN, now int64) {
-	if q.comp.psn.Less(psn) {
-		q.comp.psn = psn
+func (c *completer) progress(psn seqnum.PSN, now int64) {
+	if c.psn.Less(psn) {
+		c.psn = psn
 	}
-	q.comp.retryCnt, q.comp.rnrRetry = q.attr.RetryCnt, q.attr.RNRRetry
-	q.comp.retrying = false
-	q.comp.timeoutAt = 0
-	if q.comp.psn != q.req.psn {
-		if rto := ackTimeout(q.attr.Timeout); rto > 0 {
-			q.comp.timeoutAt = now + int64(rto)
+	c.resetRetries()
+	c.retrying = false
+	c.timeoutAt = 0
+	if c.psn != c.q.req.psn {
+		if rto := ackTimeout(c.q.attr.Timeout); rto > 0 {
+			c.timeoutAt = now + int64(rto)
 		}
 	}
-}
-
-// credits takes the end-to-end credits of an AETH (IBA §9.7.7.2).
-func (q *QP) credits(p *packet) {
-	a := roce.AETH(p.ext(roce.HdrAETH))
-	n, unlimited := a.Syndrome().Credits()
-	if unlimited {
-		q.req.credUnlimited = true
-		return
-	}
-	q.req.credUnlimited = false
-	q.req.lsn = a.MSN().Add(n)
 }
 
 // retryOnce retries unless a NAK- or gap-triggered retry is already under
 // way and nothing progressed since.
-func (q *QP) retryOnce(now int64) {
-	if q.comp.retrying {
+func (c *completer) retryOnce(now int64) {
+	if c.retrying {
 		// A response sent before the peer saw our retransmission.
-		q.dev.stats.StaleResp.Inc()
+		c.q.dev.stats.StaleResp.Inc()
 		return
 	}
-	q.retry(now, true)
-	q.comp.retrying = true
+	c.retry(now, true)
+	c.retrying = true
 }
 
-// retry starts a retransmission from comp.psn (timeout or PSN sequence
-// NAK), counting it against retry_cnt (7 = infinite, as rxe).
-func (q *QP) retry(now int64, count bool) {
+// retry starts a retransmission from psn (timeout or PSN sequence NAK),
+// counting it against retry_cnt (7 = infinite, as rxe).
+func (c *completer) retry(now int64, count bool) {
+	q := c.q
 	if count {
-		if q.comp.retryCnt == 0 {
+		if c.retryCnt == 0 {
 			q.dev.stats.RetryExceeded.Inc()
 			q.stats.RetryExceeded.Inc()
-			if w := q.oldest(); w != nil {
-				q.wqeDone(w, verbs.WCRetryExcErr)
+			if w := c.oldest(); w != nil {
+				q.req.done(w, verbs.WCRetryExcErr)
 			}
 			q.fail(verbs.EventQPFatal)
 			return
 		}
-		if q.comp.retryCnt != 7 {
-			q.comp.retryCnt--
+		if c.retryCnt != 7 {
+			c.retryCnt--
 		}
 	}
 	q.dev.stats.CompRetry.Inc()
 	q.stats.CompRetry.Inc()
-	q.rewind()
-	q.comp.timeoutAt = 0
+	q.req.rewind(c.psn)
+	c.timeoutAt = 0
 	if rto := ackTimeout(q.attr.Timeout); rto > 0 {
-		q.comp.timeoutAt = now + int64(rto)
+		c.timeoutAt = now + int64(rto)
 	}
 }
 
-// rewind moves the requester back to the packet at comp.psn: every
-// unfinished WQE from there on is sent again with the same PSNs.
-func (q *QP) rewind() {
-	first := true
-	for p := q.sq.head; p != q.sq.tail; p++ {
-		w := q.sq.at(p)
-		if w.state == wqeDone {
-			continue
-		}
-		if !w.started {
-			break
-		}
-		if first {
-			q.req.pos = p
-			first = false
-			w.off = 0
-			if w.opcode == verbs.WRRDMARead || (!w.isReadAtomic() && q.typ == verbs.QPTypeRC) {
-				if d := q.comp.psn.Diff(w.firstPSN); d > 0 {
-					w.off = min(uint32(d)*uint32(q.mtu), w.length)
-				}
-			}
-		} else {
-			w.off = 0
-		}
-		w.state = wqePosted
-	}
-	q.req.noack = 0
-}
-
-// checkTimers fires expired deadlines.
-func (q *QP) checkTimers(now int64) {
-	if q.req.rnrUntil != 0 && now >= q.req.rnrUntil {
-		q.req.rnrUntil = 0
-	}
-	if q.comp.timeoutAt != 0 && now >= q.comp.timeoutAt {
-		q.comp.timeoutAt = 0
+// checkTimer retransmits when the retransmit deadline passed with work
+// outstanding.
+func (c *completer) checkTimer(now int64) {
+	q := c.q
+	if c.timeoutAt != 0 && now >= c.timeoutAt {
+		c.timeoutAt = 0
 		if q.state == verbs.QPStateRTS || q.state == verbs.QPStateSQD {
-			if q.oldest() != nil {
-				q.retry(now, true)
+			if c.oldest() != nil {
+				c.retry(now, true)
 			}
 		}
 	}
 }
 
-// nextDeadline is the nearest engine deadline (0: none).
-func (q *QP) nextDeadline() int64 {
-	dl := q.comp.timeoutAt
-	if r := q.req.rnrUntil; r != 0 && (dl == 0 || r < dl) {
-		dl = r
-	}
-	if r := q.respDue; r != 0 && (dl == 0 || r < dl) {
-		dl = r
-	}
-	return dl
-}
+// deadline is the retransmit deadline (0: none).
+func (c *completer) deadline() int64 { return c.timeoutAt }
 
 // completeSends posts the CQEs of finished send WQEs in order.
-func (q *QP) completeSends() {
+func (c *completer) completeSends() {
+	q := c.q
 	popped := false
 	for q.sq.len() > 0 {
 		w := q.sq.at(q.sq.head)
@@ -327,19 +312,9 @@ func (q *QP) completeSends() {
 		q.sq.pop()
 		popped = true
 	}
-	if q.req.pos < q.sq.head {
-		q.req.pos = q.sq.head
-	}
+	q.req.onRetired()
 	if popped && q.sq.len() == 0 {
 		q.drainC.Broadcast()
 		q.checkSQDrained()
-	}
-}
-
-// checkSQDrained raises SQ_DRAINED once in SQD when the SQ is empty.
-func (q *QP) checkSQDrained() {
-	if q.state == verbs.QPStateSQD && q.sqdEvent && q.sq.len() == 0 {
-		q.sqdEvent = false
-		q.dev.raise(verbs.AsyncEvent{Type: verbs.EventSQDrained, QP: q})
 	}
 }

@@ -65,15 +65,15 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	}
 	if mask&verbs.QPAttrRetryCnt != 0 {
 		a.RetryCnt = attr.RetryCnt
-		q.comp.retryCnt = attr.RetryCnt
+		q.comp.setRetryCnt(attr.RetryCnt)
 	}
 	if mask&verbs.QPAttrRNRRetry != 0 {
 		a.RNRRetry = attr.RNRRetry
-		q.comp.rnrRetry = attr.RNRRetry
+		q.comp.setRNRRetry(attr.RNRRetry)
 	}
 	if mask&verbs.QPAttrRQPSN != 0 {
 		a.RQPSN = attr.RQPSN & seqnum.Mask
-		q.resp.psn = seqnum.NewPSN(attr.RQPSN)
+		q.resp.setPSN(seqnum.NewPSN(attr.RQPSN))
 	}
 	if mask&verbs.QPAttrMaxQPRdAtomic != 0 {
 		a.MaxRdAtomic = attr.MaxRdAtomic
@@ -87,7 +87,8 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	if mask&verbs.QPAttrSQPSN != 0 {
 		a.SQPSN = attr.SQPSN & seqnum.Mask
 		psn := seqnum.NewPSN(attr.SQPSN)
-		q.req.psn, q.comp.psn = psn, psn
+		q.req.setPSN(psn)
+		q.comp.setPSN(psn)
 	}
 	if mask&verbs.QPAttrMaxDestRdAtomic != 0 {
 		a.MaxDestRdAtomic = attr.MaxDestRdAtomic
@@ -175,8 +176,8 @@ func (q *QP) setState(next verbs.QPState) {
 		q.reset()
 	case verbs.QPStateRTS:
 		if prev == verbs.QPStateRTR {
-			q.comp.retryCnt, q.comp.rnrRetry = q.attr.RetryCnt, q.attr.RNRRetry
-			q.req.credUnlimited = true
+			q.comp.resetRetries()
+			q.req.onRTS()
 		}
 	case verbs.QPStateSQD:
 		q.sqdEvent = q.attr.EnSQDAsyncNotify
@@ -209,8 +210,8 @@ func (q *QP) reset() {
 	for q.rq.len() > 0 {
 		q.rq.pop()
 	}
-	q.req = requester{}
-	q.comp = completer{}
+	q.req.reset()
+	q.comp.reset()
 	q.resp.reset()
 	q.timerAt = 0
 	q.drainC.Broadcast()
@@ -224,8 +225,8 @@ func (q *QP) flush() {
 			w.state, w.status = wqeDone, verbs.WCWRFlushErr
 		}
 	}
-	q.completeSends()
-	q.flushRWQE()
+	q.comp.completeSends()
+	q.resp.flushRWQE()
 	for q.rq.len() > 0 {
 		r := q.rq.at(q.rq.head)
 		q.pushCQ(q.recvCQ, hdueRecv, &verbs.WC{WRID: r.id, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPN: q.qpn}, false)
@@ -253,4 +254,12 @@ func (q *QP) Drain() error {
 		q.drainC.Wait()
 	}
 	return nil
+}
+
+// checkSQDrained raises SQ_DRAINED once in SQD when the SQ is empty.
+func (q *QP) checkSQDrained() {
+	if q.state == verbs.QPStateSQD && q.sqdEvent && q.sq.len() == 0 {
+		q.sqdEvent = false
+		q.dev.raise(verbs.AsyncEvent{Type: verbs.EventSQDrained, QP: q})
+	}
 }

@@ -168,3 +168,15 @@ func (q *QP) PostRecv(wrs []verbs.RecvWR) (int, error) {
 	}
 	return len(wrs), nil
 }
+
+// gather copies an SGL's bytes into w.data (inline sends).
+func (q *QP) gather(w *sendWQE) verbs.WCStatus {
+	if st := q.resolve(w.sgl, &w.segs, false); st != verbs.WCSuccess {
+		return st
+	}
+	for _, s := range w.segs {
+		w.data = append(w.data, s...)
+	}
+	w.segs = w.segs[:0]
+	return verbs.WCSuccess
+}

@@ -231,9 +231,9 @@ func (q *QP) process() bool {
 	q.checkTimers(now)
 	// Pop what the inbound packets finished first: fences, local
 	// operations and credit probes wait for an empty SQ front.
-	q.completeSends()
-	more := q.runRequester(now, procBudget)
-	q.completeSends()
+	q.comp.completeSends()
+	more := q.req.run(now, procBudget)
+	q.comp.completeSends()
 	q.armTimer(now)
 	q.inMu.Lock()
 	more = more || len(q.inq) > 0
@@ -259,18 +259,35 @@ func (q *QP) handle(p *packet, now int64) {
 	q.dev.stats.RcvdPkts.Inc()
 	q.stats.RcvdPkts.Inc()
 	if p.op.Is(roce.MaskReq) {
-		if q.state == verbs.QPStateRTR && q.typ != verbs.QPTypeUD && q.typ != verbs.QPTypeGSI && !q.resp.commEst {
-			q.resp.commEst = true
-			q.dev.raise(verbs.AsyncEvent{Type: verbs.EventCommEst, QP: q})
-		}
-		q.respond(p, now)
+		q.resp.noteRequest()
+		q.resp.respond(p, now)
 		return
 	}
 	if q.state == verbs.QPStateRTR {
 		q.dev.stats.BadQPState.Inc()
 		return
 	}
-	q.complete(p, now)
+	q.comp.complete(p, now)
+}
+
+// checkTimers fires the roles' expired deadlines (the RNR pause, then
+// the retransmit deadline).
+func (q *QP) checkTimers(now int64) {
+	q.req.checkTimer(now)
+	q.comp.checkTimer(now)
+}
+
+// nextDeadline is the nearest engine deadline (0: none): the completer's
+// retransmit deadline, the requester's RNR pause, a response deferral.
+func (q *QP) nextDeadline() int64 {
+	dl := q.comp.deadline()
+	if r := q.req.deadline(); r != 0 && (dl == 0 || r < dl) {
+		dl = r
+	}
+	if r := q.respDue; r != 0 && (dl == 0 || r < dl) {
+		dl = r
+	}
+	return dl
 }
 
 // armTimer makes sure the QP timer fires no later than the nearest engine

@@ -118,6 +118,7 @@ func (pd *PD) CreateQP(a *verbs.QPInitAttr) (verbs.QP, error) {
 	q.init.Cap = c
 	a.Cap = c // report the actual sizes back, as ibv_create_qp does
 	q.sq.max, q.rq.max = c.MaxSendWR, c.MaxRecvWR
+	q.req.q, q.comp.q, q.resp.q = q, q, q
 	q.drainC = sync.NewCond(&q.mu)
 	q.attr.PathMTU = d.mtu
 	q.attr.PortNum = 1

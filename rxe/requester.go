@@ -57,8 +57,16 @@ func (w *sendWQE) isSend() bool {
 	return w.opcode == verbs.WRSend || w.opcode == verbs.WRSendWithImm || w.opcode == verbs.WRSendWithInv
 }
 
-// requester is the send side of a QP (rxe_req.c).
+// requester is the send side of a QP (rxe_req.c): it turns the send
+// queue's WQEs into request packets on QP.reqTx, in PSN order, within
+// the window of maxUnackedPSNs beyond completer.psn, max_rd_atomic, the
+// peer's end-to-end credits, fences and RNR pauses. Its fields are
+// guarded by QP.mu and written only by its methods; the completer moves
+// it back (rewind), pauses it (pauseUntil) and hands it credits
+// (credits). The send queue itself (QP.sq) is shared: PostSend fills its
+// tail, the requester walks it at pos, the completer retires its head.
 type requester struct {
+	q             *QP        // set once by CreateQP
 	psn           seqnum.PSN // next PSN for a WQE not yet started
 	pos           uint64     // SQ position of the WQE being sent
 	ssn           seqnum.MSN // send sequence number of the last started message
@@ -69,117 +77,38 @@ type requester struct {
 	rnrUntil      int64      // after an RNR NAK: no sending before this time
 }
 
-// resolve maps an SGL onto registered memory, checking key, PD, bounds and
-// (for write) local write access.
-func (q *QP) resolve(sgl []verbs.SGE, segs *[][]byte, write bool) verbs.WCStatus {
-	s := (*segs)[:0]
-	for _, e := range sgl {
-		if e.Length == 0 {
-			continue
-		}
-		mr := q.dev.keys.lookup(e.LKey)
-		if mr == nil {
-			*segs = s
-			return verbs.WCLocProtErr
-		}
-		m := mr.m.Load()
-		if m.pd != q.pd || (write && m.access&verbs.AccessLocalWrite == 0) {
-			*segs = s
-			return verbs.WCLocProtErr
-		}
-		var ok bool
-		if s, ok = m.appendSegs(s, e.Addr, e.Length); !ok {
-			*segs = s
-			return verbs.WCLocProtErr
-		}
-	}
-	*segs = s
-	return verbs.WCSuccess
-}
+// reset clears the requester (QP to RESET).
+func (r *requester) reset() { *r = requester{q: r.q} }
 
-// gather copies an SGL's bytes into w.data (inline sends).
-func (q *QP) gather(w *sendWQE) verbs.WCStatus {
-	if st := q.resolve(w.sgl, &w.segs, false); st != verbs.WCSuccess {
-		return st
-	}
-	for _, s := range w.segs {
-		w.data = append(w.data, s...)
-	}
-	w.segs = w.segs[:0]
-	return verbs.WCSuccess
-}
+// setPSN sets the next PSN to send (sq_psn).
+func (r *requester) setPSN(psn seqnum.PSN) { r.psn = psn }
 
-// copyOut copies bytes [off, off+len(dst)) of the scattered buffer segs
-// into dst.
-func copyOut(dst []byte, segs [][]byte, off int) {
-	for _, s := range segs {
-		if off >= len(s) {
-			off -= len(s)
-			continue
-		}
-		n := copy(dst, s[off:])
-		dst = dst[n:]
-		off = 0
-		if len(dst) == 0 {
-			return
-		}
-	}
-}
+// onRTS: a QP entering RTS from RTR sends with unlimited credits until
+// the peer advertises some.
+func (r *requester) onRTS() { r.credUnlimited = true }
 
-// copyIn copies src into the scattered buffer segs at offset off.
-func copyIn(segs [][]byte, off int, src []byte) {
-	for _, s := range segs {
-		if off >= len(s) {
-			off -= len(s)
-			continue
-		}
-		n := copy(s[off:], src)
-		src = src[n:]
-		off = 0
-		if len(src) == 0 {
-			return
-		}
-	}
-}
-
-func segsLen(segs [][]byte) int {
-	n := 0
-	for _, s := range segs {
-		n += len(s)
-	}
-	return n
-}
-
-// npkts returns the number of packets (and PSNs) a message of n bytes
-// takes at the path MTU.
-func (q *QP) npkts(n uint32) uint32 {
-	if n == 0 {
-		return 1
-	}
-	return (n + uint32(q.mtu) - 1) / uint32(q.mtu)
-}
-
-// runRequester turns WQEs into packets until the budget is used, the
-// window is full, or a WQE has to wait. It reports whether it stopped for
-// the budget.
-func (q *QP) runRequester(now int64, budget int) bool {
+// run turns WQEs into packets until the budget is used, the window is
+// full, or a WQE has to wait. It reports whether it stopped for the
+// budget.
+func (r *requester) run(now int64, budget int) bool {
+	q := r.q
 	if q.state != verbs.QPStateRTS {
 		return false
 	}
-	if q.req.rnrUntil != 0 {
+	if r.rnrUntil != 0 {
 		return false
 	}
-	for budget > 0 && q.req.pos < q.sq.tail {
-		w := q.sq.at(q.req.pos)
+	for budget > 0 && r.pos < q.sq.tail {
+		w := q.sq.at(r.pos)
 		if w.state != wqePosted {
-			q.req.pos++
+			r.pos++
 			continue
 		}
-		if !w.started && !q.start(w) {
+		if !w.started && !r.start(w) {
 			return false
 		}
 		if w.state == wqeDone { // a local operation, or failed to start
-			q.req.pos++
+			r.pos++
 			if q.state != verbs.QPStateRTS {
 				return false
 			}
@@ -189,7 +118,7 @@ func (q *QP) runRequester(now int64, budget int) bool {
 		if q.typ == verbs.QPTypeRC && psn.Diff(q.comp.psn) >= maxUnackedPSNs {
 			return false
 		}
-		q.sendPacket(w, psn, now)
+		r.sendPacket(w, psn, now)
 		budget--
 	}
 	return budget == 0
@@ -198,8 +127,9 @@ func (q *QP) runRequester(now int64, budget int) bool {
 // start runs the checks before a WQE's first packet (fence, local
 // operations, max_rd_atomic, credits) and assigns its PSNs. It reports
 // false when the WQE has to wait.
-func (q *QP) start(w *sendWQE) bool {
-	idle := q.sq.head == q.req.pos // every earlier WQE has completed
+func (r *requester) start(w *sendWQE) bool {
+	q := r.q
+	idle := q.sq.head == r.pos // every earlier WQE has completed
 	// Local operations (rxe_do_local_ops). LOCAL_INV waits for earlier
 	// work requests, which may still use the key; a failure completes
 	// with rxe's status and moves the QP to the error state.
@@ -208,75 +138,76 @@ func (q *QP) start(w *sendWQE) bool {
 		if !idle {
 			return false
 		}
-		q.localOpDone(w, q.invalidate(w.invRKey), verbs.WCLocQPOpErr)
+		r.localOpDone(w, q.invalidate(w.invRKey), verbs.WCLocQPOpErr)
 		return true
 	case verbs.WRRegMR:
-		q.localOpDone(w, q.register(&w.reg), verbs.WCLocQPOpErr)
+		r.localOpDone(w, q.register(&w.reg), verbs.WCLocQPOpErr)
 		return true
 	case verbs.WRBindMW:
-		q.localOpDone(w, q.bind(&w.bind), verbs.WCMWBindErr)
+		r.localOpDone(w, q.bind(&w.bind), verbs.WCMWBindErr)
 		return true
 	}
 	if w.flags&verbs.SendFence != 0 && !idle {
 		return false
 	}
 	if q.typ == verbs.QPTypeRC {
-		if w.isReadAtomic() && q.req.rdAtomOut >= max(int(q.attr.MaxRdAtomic), 1) {
+		if w.isReadAtomic() && r.rdAtomOut >= max(int(q.attr.MaxRdAtomic), 1) {
 			return false
 		}
-		if w.isSend() && !q.req.credUnlimited && q.req.lsn.Less(q.req.ssn.Next()) && !idle {
+		if w.isSend() && !r.credUnlimited && r.lsn.Less(r.ssn.Next()) && !idle {
 			return false
 		}
 	}
 	if !w.inline && w.length > 0 {
 		if st := q.resolve(w.sgl, &w.segs, w.isReadAtomic()); st != verbs.WCSuccess {
-			q.wqeDone(w, st)
+			r.done(w, st)
 			q.fail(verbs.EventQPFatal)
 			return true
 		}
 	}
 	w.started = true
 	w.off = 0
-	q.req.ssn = q.req.ssn.Next()
-	w.ssn = q.req.ssn
+	r.ssn = r.ssn.Next()
+	w.ssn = r.ssn
 	n := q.npkts(w.length)
 	if q.typ == verbs.QPTypeUD || q.typ == verbs.QPTypeGSI || w.opcode == verbs.WRAtomicCmpAndSwp || w.opcode == verbs.WRAtomicFetchAndAdd {
 		n = 1
 	}
-	w.firstPSN = q.req.psn
-	w.lastPSN = q.req.psn.Add(int(n) - 1)
-	q.req.psn = q.req.psn.Add(int(n))
+	w.firstPSN = r.psn
+	w.lastPSN = r.psn.Add(int(n) - 1)
+	r.psn = r.psn.Add(int(n))
 	if w.isReadAtomic() {
 		w.counted = true
-		q.req.rdAtomOut++
+		r.rdAtomOut++
 	}
 	return true
 }
 
 // localOpDone finishes a local operation: success, or status bad and the
 // QP in error.
-func (q *QP) localOpDone(w *sendWQE, ok bool, bad verbs.WCStatus) {
+func (r *requester) localOpDone(w *sendWQE, ok bool, bad verbs.WCStatus) {
 	w.reg, w.bind = verbs.RegWR{}, verbs.BindWR{}
 	if !ok {
-		q.wqeDone(w, bad)
-		q.fail(verbs.EventQPFatal)
+		r.done(w, bad)
+		r.q.fail(verbs.EventQPFatal)
 		return
 	}
-	q.wqeDone(w, verbs.WCSuccess)
+	r.done(w, verbs.WCSuccess)
 }
 
-// wqeDone finishes a send WQE with status st.
-func (q *QP) wqeDone(w *sendWQE, st verbs.WCStatus) {
+// done finishes a send WQE with status st (the requester for local
+// operations and unacknowledged transports, the completer for RC).
+func (r *requester) done(w *sendWQE, st verbs.WCStatus) {
 	w.state, w.status = wqeDone, st
 	if w.counted {
 		w.counted = false
-		q.req.rdAtomOut--
+		r.rdAtomOut--
 	}
 }
 
 // opcodeFor picks the wire opcode of a packet by message position (IBTA
 // §9.4, rxe next_opcode).
-func (q *QP) opcodeFor(w *sendWQE, first, last bool) roce.Opcode {
+func (r *requester) opcodeFor(w *sendWQE, first, last bool) roce.Opcode {
 	var op roce.Opcode
 	switch w.opcode {
 	case verbs.WRSend, verbs.WRSendWithImm, verbs.WRSendWithInv:
@@ -325,7 +256,7 @@ func (q *QP) opcodeFor(w *sendWQE, first, last bool) roce.Opcode {
 	case verbs.WRAtomicFetchAndAdd:
 		return roce.RCFetchAdd
 	}
-	switch q.typ {
+	switch r.q.typ {
 	case verbs.QPTypeUC:
 		op |= roce.TransportUC
 	case verbs.QPTypeUD, verbs.QPTypeGSI:
@@ -339,7 +270,8 @@ func (q *QP) opcodeFor(w *sendWQE, first, last bool) roce.Opcode {
 
 // sendPacket builds and queues the packet of w at PSN psn (w.off is its
 // message offset) and advances w.
-func (q *QP) sendPacket(w *sendWQE, psn seqnum.PSN, now int64) {
+func (r *requester) sendPacket(w *sendWQE, psn seqnum.PSN, now int64) {
+	q := r.q
 	first := w.off == 0
 	var size uint32
 	last := true
@@ -353,30 +285,30 @@ func (q *QP) sendPacket(w *sendWQE, psn seqnum.PSN, now int64) {
 	if w.opcode == verbs.WRRDMARead && !first {
 		first = true // a resumed READ is a new request for the rest
 	}
-	op := q.opcodeFor(w, first, last)
+	op := r.opcodeFor(w, first, last)
 	dst, dqpn := q.dst, q.attr.DestQPN
 	if q.typ == verbs.QPTypeUD || q.typ == verbs.QPTypeGSI {
 		dst, dqpn = w.dst, w.rqpn
 	}
 	ackReq := false
 	if q.typ == verbs.QPTypeRC {
-		q.req.noack++
-		if last || q.req.noack > maxPktPerAck {
+		r.noack++
+		if last || r.noack > maxPktPerAck {
 			ackReq = true
-			q.req.noack = 0
+			r.noack = 0
 		}
 	}
 	se := last && w.flags&verbs.SendSolicited != 0 && (w.isSend() || w.opcode == verbs.WRRDMAWriteWithImm)
 	p, pay := q.newPacket(op, psn, dqpn, int(size), dst, ackReq, se)
 	info := op.Info()
 	if o := info.Offset(roce.HdrRETH); o >= 0 {
-		r := roce.RETH(p.buf[o:])
-		r.SetVA(w.raddr + uint64(w.off))
-		r.SetRKey(w.rkey)
+		reth := roce.RETH(p.buf[o:])
+		reth.SetVA(w.raddr + uint64(w.off))
+		reth.SetRKey(w.rkey)
 		if w.opcode == verbs.WRRDMARead {
-			r.SetDMALen(w.length - w.off)
+			reth.SetDMALen(w.length - w.off)
 		} else {
-			r.SetDMALen(w.length)
+			reth.SetDMALen(w.length)
 		}
 	}
 	if o := info.Offset(roce.HdrAtomicETH); o >= 0 {
@@ -425,40 +357,74 @@ func (q *QP) sendPacket(w *sendWQE, psn seqnum.PSN, now int64) {
 		if q.typ == verbs.QPTypeRC {
 			w.state = wqePending
 		} else {
-			q.wqeDone(w, verbs.WCSuccess)
+			r.done(w, verbs.WCSuccess)
 		}
-		q.req.pos++
+		r.pos++
 	}
-	if q.typ == verbs.QPTypeRC && q.comp.timeoutAt == 0 {
-		if rto := ackTimeout(q.attr.Timeout); rto > 0 {
-			q.comp.timeoutAt = now + int64(rto)
-		}
+	if q.typ == verbs.QPTypeRC {
+		q.comp.onRequestSent(now)
 	}
 }
 
-// newPacket takes a buffer and writes the BTH of a packet with a payload
-// of size bytes; it returns the packet and its payload area. Extension
-// headers are left for the caller.
-func (q *QP) newPacket(op roce.Opcode, psn seqnum.PSN, dqpn uint32, size int, dst netip.AddrPort, ackReq, se bool) (*packet, []byte) {
-	p := q.dev.getPacket()
-	hl := op.HeaderLen()
-	pad := -size & 3
-	p.op, p.hdr, p.pay, p.psn, p.addr = op, hl, size, psn, dst
-	p.n = hl + size + pad + roce.ICRCSize
-	roce.BTH(p.buf[:roce.BTHSize]).Encode(&roce.BTHFields{
-		Opcode: op, SE: se, PadCnt: uint8(pad), PKey: DefaultPKey,
-		DestQP: dqpn, AckReq: ackReq, PSN: psn,
-	})
-	clear(p.buf[roce.BTHSize:hl])
-	clear(p.buf[hl+size : hl+size+pad])
-	return p, p.buf[hl : hl+size]
+// rewind moves the requester back to the packet at PSN from (the
+// completer's oldest unacknowledged PSN): every unfinished WQE from there
+// on is sent again with the same PSNs (go-back-N).
+func (r *requester) rewind(from seqnum.PSN) {
+	q := r.q
+	first := true
+	for p := q.sq.head; p != q.sq.tail; p++ {
+		w := q.sq.at(p)
+		if w.state == wqeDone {
+			continue
+		}
+		if !w.started {
+			break
+		}
+		if first {
+			r.pos = p
+			first = false
+			w.off = 0
+			if w.opcode == verbs.WRRDMARead || (!w.isReadAtomic() && q.typ == verbs.QPTypeRC) {
+				if d := from.Diff(w.firstPSN); d > 0 {
+					w.off = min(uint32(d)*uint32(q.mtu), w.length)
+				}
+			}
+		} else {
+			w.off = 0
+		}
+		w.state = wqePosted
+	}
+	r.noack = 0
 }
 
-// finish writes the ICRC of a built packet (IPv4: ID 0 and DF, which the
-// udp package's unconnected IP_PMTUDISC_DO socket puts on the wire).
-func (q *QP) finish(p *packet) {
-	if q.sport.pending {
-		q.openSport()
+// onRetired keeps pos at or after the SQ head. Should be called after
+// the completer retired WQEs from the head.
+func (r *requester) onRetired() {
+	if r.pos < r.q.sq.head {
+		r.pos = r.q.sq.head
 	}
-	q.encap.get(q.srcAddr(), p.addr).SetICRC(p.buf[:p.n])
 }
+
+// pauseUntil stops sending until time t (an RNR NAK's timer).
+func (r *requester) pauseUntil(t int64) { r.rnrUntil = t }
+
+// credits takes the end-to-end credits of an AETH (IBA §9.7.7.2).
+func (r *requester) credits(a roce.AETH) {
+	n, unlimited := a.Syndrome().Credits()
+	if unlimited {
+		r.credUnlimited = true
+		return
+	}
+	r.credUnlimited = false
+	r.lsn = a.MSN().Add(n)
+}
+
+// checkTimer ends an RNR pause that expired.
+func (r *requester) checkTimer(now int64) {
+	if r.rnrUntil != 0 && now >= r.rnrUntil {
+		r.rnrUntil = 0
+	}
+}
+
+// deadline is the end of the RNR pause (0: none).
+func (r *requester) deadline() int64 { return r.rnrUntil }

@@ -10,8 +10,16 @@ import (
 	"softib/wire/roce"
 )
 
-// responder is the receive side of a QP (rxe_resp.c).
+// responder is the receive side of a QP (rxe_resp.c): it checks request
+// packets against the expected PSN and the message in progress, executes
+// them into receive WQEs and memory, and queues ACKs, NAKs and READ and
+// atomic responses on QP.respTx, replaying duplicates from its resource
+// ring. Its fields are guarded by QP.mu and written only by its methods;
+// it shares nothing with the requester and the completer but the QP's
+// attributes and send path. The receive queue (QP.rq, or the SRQ) is
+// shared with PostRecv, which fills its tail.
 type responder struct {
+	q       *QP        // set once by CreateQP
 	psn     seqnum.PSN // expected PSN
 	msn     seqnum.MSN
 	nakSent bool // a PSN sequence NAK went out for the current gap
@@ -54,24 +62,41 @@ type readRes struct {
 	orig     uint64
 }
 
+// reset clears the responder (QP to RESET, or flushed in ERR), keeping
+// its buffers for reuse.
 func (r *responder) reset() {
 	res, segs, rw := r.res, r.rsegs, r.rwqe
 	clear(res)
-	*r = responder{res: res[:0], rsegs: segs[:0], rwqe: rw}
+	*r = responder{q: r.q, res: res[:0], rsegs: segs[:0], rwqe: rw}
+}
+
+// setPSN sets the expected PSN (rq_psn).
+func (r *responder) setPSN(psn seqnum.PSN) { r.psn = psn }
+
+// noteRequest raises COMM_EST for the first request a connected QP
+// receives in RTR (IBA §11.6.3.1). Should be called for every request
+// before respond.
+func (r *responder) noteRequest() {
+	q := r.q
+	if q.state == verbs.QPStateRTR && q.typ != verbs.QPTypeUD && q.typ != verbs.QPTypeGSI && !r.commEst {
+		r.commEst = true
+		q.dev.raise(verbs.AsyncEvent{Type: verbs.EventCommEst, QP: q})
+	}
 }
 
 // flushRWQE completes a receive WQE taken but not finished with
 // WR_FLUSH_ERR (part of flush).
-func (q *QP) flushRWQE() {
-	if q.resp.haveRWQE {
-		q.resp.haveRWQE = false
-		q.pushCQ(q.recvCQ, hdueRecv, &verbs.WC{WRID: q.resp.rwqe.id, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPN: q.qpn}, false)
+func (r *responder) flushRWQE() {
+	q := r.q
+	if r.haveRWQE {
+		r.haveRWQE = false
+		q.pushCQ(q.recvCQ, hdueRecv, &verbs.WC{WRID: r.rwqe.id, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPN: q.qpn}, false)
 	}
 }
 
 // takeRWQE takes the next receive WQE (RQ or SRQ) and resolves it.
-func (q *QP) takeRWQE() (ok bool, st verbs.WCStatus) {
-	r := &q.resp
+func (r *responder) takeRWQE() (ok bool, st verbs.WCStatus) {
+	q := r.q
 	if q.srq != nil {
 		if !q.srq.take(&r.rwqe) {
 			return false, 0
@@ -93,10 +118,11 @@ func (q *QP) takeRWQE() (ok bool, st verbs.WCStatus) {
 }
 
 // completeRecv posts the receive completion of the current WQE.
-func (q *QP) completeRecv(wc *verbs.WC, solicited bool) {
-	wc.WRID = q.resp.rwqe.id
+func (r *responder) completeRecv(wc *verbs.WC, solicited bool) {
+	q := r.q
+	wc.WRID = r.rwqe.id
 	wc.QPN = q.qpn
-	q.resp.haveRWQE = false
+	r.haveRWQE = false
 	if wc.Status == verbs.WCSuccess {
 		q.dev.stats.RDMARecvs.Inc()
 		q.stats.RDMARecvs.Inc()
@@ -112,7 +138,8 @@ func (q *QP) completeRecv(wc *verbs.WC, solicited bool) {
 // FIRST and MIDDLE carry exactly the path MTU, LAST and ONLY at most that.
 // (rxe 6.1 does not check; a packet that breaks them is corrupt or
 // truncated, and dropping it lets go-back-N recover.)
-func (q *QP) lengthOK(p *packet) bool {
+func (r *responder) lengthOK(p *packet) bool {
+	q := r.q
 	if !p.op.Is(roce.MaskPayload) {
 		return true
 	}
@@ -123,22 +150,24 @@ func (q *QP) lengthOK(p *packet) bool {
 }
 
 // respond handles a request packet.
-func (q *QP) respond(p *packet, now int64) {
-	if q.typ != verbs.QPTypeUD && q.typ != verbs.QPTypeGSI && !q.lengthOK(p) {
+func (r *responder) respond(p *packet, now int64) {
+	q := r.q
+	if q.typ != verbs.QPTypeUD && q.typ != verbs.QPTypeGSI && !r.lengthOK(p) {
 		q.dev.stats.BadLength.Inc()
 		return
 	}
 	switch q.typ {
 	case verbs.QPTypeUD, verbs.QPTypeGSI:
-		q.respondUD(p)
+		r.respondUD(p)
 	case verbs.QPTypeUC:
-		q.respondUC(p)
+		r.respondUC(p)
 	default:
-		q.respondRC(p, now)
+		r.respondRC(p, now)
 	}
 }
 
-func (q *QP) respondUD(p *packet) {
+func (r *responder) respondUD(p *packet) {
+	q := r.q
 	deth := roce.DETH(p.ext(roce.HdrDETH))
 	want := q.attr.QKey
 	if q.typ == verbs.QPTypeGSI {
@@ -148,7 +177,7 @@ func (q *QP) respondUD(p *packet) {
 		q.dev.stats.BadQKey.Inc()
 		return
 	}
-	ok, st := q.takeRWQE()
+	ok, st := r.takeRWQE()
 	if !ok {
 		q.dev.stats.RcvNoRecvWQE.Inc()
 		return
@@ -157,26 +186,26 @@ func (q *QP) respondUD(p *packet) {
 	switch {
 	case st != verbs.WCSuccess:
 		wc.Status = st
-	case q.resp.rcap < 40+p.pay:
+	case r.rcap < 40+p.pay:
 		wc.Status = verbs.WCLocLenErr
 	default:
 		var grh [40]byte
 		grhArea(grh[:], p.addr.Addr(), q.dev.addr, p.n)
-		copyIn(q.resp.rsegs, 0, grh[:])
-		copyIn(q.resp.rsegs, 40, p.payload())
+		copyIn(r.rsegs, 0, grh[:])
+		copyIn(r.rsegs, 40, p.payload())
 		wc.ByteLen = uint32(40 + p.pay)
 		if p.op == roce.UDSendOnlyImm {
 			wc.ImmData = roce.ImmDt(p.ext(roce.HdrImmDt)).Value()
 			wc.Flags |= verbs.WCFlagWithImm
 		}
 	}
-	q.completeRecv(&wc, p.bth().SE())
+	r.completeRecv(&wc, p.bth().SE())
 }
 
 // respondUC handles UC: no ACKs; on any error the rest of the message is
 // dropped until the next FIRST/ONLY packet.
-func (q *QP) respondUC(p *packet) {
-	r := &q.resp
+func (r *responder) respondUC(p *packet) {
+	q := r.q
 	if p.psn != r.psn {
 		// Lost packets: abandon the message in progress (its receive
 		// WQE is reused).
@@ -189,7 +218,7 @@ func (q *QP) respondUC(p *packet) {
 		return
 	}
 	r.ucDrop = false
-	if !q.seqOK(p) {
+	if !r.seqOK(p) {
 		r.inSend, r.inWrite, r.rlen = false, false, 0
 		if p.op.Is(roce.MaskStart) {
 			r.ucDrop = false
@@ -199,7 +228,7 @@ func (q *QP) respondUC(p *packet) {
 			return
 		}
 	}
-	if nak, _ := q.execute(p); nak != nakNone {
+	if nak, _ := r.execute(p); nak != nakNone {
 		r.inSend, r.inWrite, r.rlen = false, false, 0
 		r.ucDrop = !p.op.Is(roce.MaskEnd)
 		q.dev.stats.UCDropped.Inc()
@@ -207,8 +236,7 @@ func (q *QP) respondUC(p *packet) {
 }
 
 // seqOK checks the opcode against the message in progress.
-func (q *QP) seqOK(p *packet) bool {
-	r := &q.resp
+func (r *responder) seqOK(p *packet) bool {
 	switch {
 	case r.inSend:
 		return p.op.Is(roce.MaskSend) && !p.op.Is(roce.MaskStart)
@@ -229,27 +257,27 @@ const (
 	nakDrop // silently dropped (UC/UD-style), nothing consumed
 )
 
-func (q *QP) respondRC(p *packet, now int64) {
-	r := &q.resp
+func (r *responder) respondRC(p *packet, now int64) {
+	q := r.q
 	d := p.psn.Diff(r.psn)
 	if d > 0 {
 		q.dev.stats.OutOfSeqReq.Inc()
 		q.stats.OutOfSeqReq.Inc()
 		if !r.nakSent {
 			r.nakSent = true
-			q.sendAck(roce.RCAck, roce.NAKSyndrome(roce.NAKPSNSeqError), r.psn, 0)
+			r.sendAck(roce.RCAck, roce.NAKSyndrome(roce.NAKPSNSeqError), r.psn, 0)
 		}
 		return
 	}
 	if d < 0 {
 		q.dev.stats.DupReq.Inc()
 		q.stats.DupReq.Inc()
-		q.duplicate(p)
+		r.duplicate(p)
 		return
 	}
 	r.nakSent = false
-	if !q.seqOK(p) {
-		q.nak(p, nakInvReq)
+	if !r.seqOK(p) {
+		r.nak(p, nakInvReq)
 		return
 	}
 	acc := q.attr.AccessFlags
@@ -257,12 +285,12 @@ func (q *QP) respondRC(p *packet, now int64) {
 		(p.op.Is(roce.MaskRead) && acc&verbs.AccessRemoteRead == 0) ||
 		(p.op.Is(roce.MaskAtomic) && acc&verbs.AccessRemoteAtomic == 0) ||
 		((p.op.Is(roce.MaskRead) || p.op.Is(roce.MaskAtomic)) && q.attr.MaxDestRdAtomic == 0) {
-		q.nak(p, nakInvReq)
+		r.nak(p, nakInvReq)
 		return
 	}
-	nak, psnUsed := q.execute(p)
+	nak, psnUsed := r.execute(p)
 	if nak != nakNone {
-		q.nak(p, nak)
+		r.nak(p, nak)
 		return
 	}
 	r.psn = r.psn.Add(psnUsed)
@@ -270,38 +298,40 @@ func (q *QP) respondRC(p *packet, now int64) {
 		return // the response went out from execute
 	}
 	if p.bth().AckReq() {
-		q.sendAck(roce.RCAck, q.ackSyndrome(), p.psn, 0)
+		r.sendAck(roce.RCAck, r.ackSyndrome(), p.psn, 0)
 	}
 }
 
 // nak answers a request that failed: RNR NAK (QP stays), or a class C /
 // access error NAK, which also moves the QP to ERR.
-func (q *QP) nak(p *packet, k nakKind) {
+func (r *responder) nak(p *packet, k nakKind) {
+	q := r.q
 	switch k {
 	case nakRNR:
 		q.dev.stats.SndRNR.Inc()
 		q.stats.SndRNR.Inc()
-		q.sendAck(roce.RCAck, roce.RNRNAKSyndrome(roce.RNRTimer(q.attr.MinRNRTimer)), p.psn, 0)
+		r.sendAck(roce.RCAck, roce.RNRNAKSyndrome(roce.RNRTimer(q.attr.MinRNRTimer)), p.psn, 0)
 		return
 	case nakDrop:
 		return
 	case nakInvReq:
 		q.dev.stats.InvReqNAK.Inc()
-		q.sendAck(roce.RCAck, roce.NAKSyndrome(roce.NAKInvalidRequest), p.psn, 0)
+		r.sendAck(roce.RCAck, roce.NAKSyndrome(roce.NAKInvalidRequest), p.psn, 0)
 		q.fail(verbs.EventQPReqErr)
 	case nakAccess:
 		q.dev.stats.RemAccessNAK.Inc()
-		q.sendAck(roce.RCAck, roce.NAKSyndrome(roce.NAKRemoteAccessError), p.psn, 0)
+		r.sendAck(roce.RCAck, roce.NAKSyndrome(roce.NAKRemoteAccessError), p.psn, 0)
 		q.fail(verbs.EventQPAccessErr)
 	case nakRemOp:
 		q.dev.stats.RemOpNAK.Inc()
-		q.sendAck(roce.RCAck, roce.NAKSyndrome(roce.NAKRemoteOpError), p.psn, 0)
+		r.sendAck(roce.RCAck, roce.NAKSyndrome(roce.NAKRemoteOpError), p.psn, 0)
 		q.fail(verbs.EventQPFatal)
 	}
 }
 
 // ackSyndrome is the syndrome of a positive ACK: credits when advertised.
-func (q *QP) ackSyndrome() roce.Syndrome {
+func (r *responder) ackSyndrome() roce.Syndrome {
+	q := r.q
 	if !q.dev.cfg.AdvertiseCredits || q.srq != nil {
 		return roce.SyndromeACKUnlimited
 	}
@@ -310,8 +340,8 @@ func (q *QP) ackSyndrome() roce.Syndrome {
 
 // execute performs a request in sequence. It returns the NAK to send (if
 // any) and the number of PSNs the request consumed.
-func (q *QP) execute(p *packet) (nakKind, int) {
-	r := &q.resp
+func (r *responder) execute(p *packet) (nakKind, int) {
+	q := r.q
 	op := p.op
 	switch {
 	case op.Is(roce.MaskSend):
@@ -319,7 +349,7 @@ func (q *QP) execute(p *packet) (nakKind, int) {
 			// Left over from a UC message that lost packets: reuse.
 			r.rlen = 0
 		} else if !r.inSend {
-			ok, st := q.takeRWQE()
+			ok, st := r.takeRWQE()
 			if !ok {
 				if q.typ == verbs.QPTypeUC {
 					q.dev.stats.RcvNoRecvWQE.Inc()
@@ -328,12 +358,12 @@ func (q *QP) execute(p *packet) (nakKind, int) {
 				return nakRNR, 0
 			}
 			if st != verbs.WCSuccess {
-				q.completeRecv(&verbs.WC{Status: st, Opcode: verbs.WCRecv}, false)
+				r.completeRecv(&verbs.WC{Status: st, Opcode: verbs.WCRecv}, false)
 				return nakRemOp, 0
 			}
 		}
 		if r.rlen+p.pay > r.rcap {
-			q.completeRecv(&verbs.WC{Status: verbs.WCLocLenErr, Opcode: verbs.WCRecv}, false)
+			r.completeRecv(&verbs.WC{Status: verbs.WCLocLenErr, Opcode: verbs.WCRecv}, false)
 			return nakRemOp, 0
 		}
 		copyIn(r.rsegs, r.rlen, p.payload())
@@ -349,14 +379,14 @@ func (q *QP) execute(p *packet) (nakKind, int) {
 				key := roce.IETH(p.ext(roce.HdrIETH)).RKey()
 				if !q.invalidate(key) {
 					r.haveRWQE = true
-					q.completeRecv(&verbs.WC{Status: verbs.WCRemInvReqErr, Opcode: verbs.WCRecv}, false)
+					r.completeRecv(&verbs.WC{Status: verbs.WCRemInvReqErr, Opcode: verbs.WCRecv}, false)
 					return nakInvReq, 0
 				}
 				wc.InvalidatedRKey = key
 				wc.Flags |= verbs.WCFlagWithInv
 			}
 			r.msn = r.msn.Next()
-			q.completeRecv(&wc, p.bth().SE())
+			r.completeRecv(&wc, p.bth().SE())
 		}
 		return nakNone, 1
 	case op.Is(roce.MaskWrite):
@@ -375,7 +405,7 @@ func (q *QP) execute(p *packet) (nakKind, int) {
 			return nakInvReq, 0
 		}
 		if op.Is(roce.MaskRWR) && !r.haveRWQE {
-			ok, st := q.takeRWQE()
+			ok, st := r.takeRWQE()
 			if !ok {
 				if q.typ == verbs.QPTypeUC {
 					q.dev.stats.RcvNoRecvWQE.Inc()
@@ -384,7 +414,7 @@ func (q *QP) execute(p *packet) (nakKind, int) {
 				return nakRNR, 0
 			}
 			if st != verbs.WCSuccess {
-				q.completeRecv(&verbs.WC{Status: st, Opcode: verbs.WCRecvRDMAWithImm}, false)
+				r.completeRecv(&verbs.WC{Status: st, Opcode: verbs.WCRecvRDMAWithImm}, false)
 				return nakRemOp, 0
 			}
 		}
@@ -401,7 +431,7 @@ func (q *QP) execute(p *packet) (nakKind, int) {
 			if op.Is(roce.MaskImmDt) {
 				wc := verbs.WC{Opcode: verbs.WCRecvRDMAWithImm, ByteLen: r.wlen, SrcQP: q.attr.DestQPN,
 					ImmData: roce.ImmDt(p.ext(roce.HdrImmDt)).Value(), Flags: verbs.WCFlagWithImm}
-				q.completeRecv(&wc, p.bth().SE())
+				r.completeRecv(&wc, p.bth().SE())
 			}
 		}
 		return nakNone, 1
@@ -419,10 +449,10 @@ func (q *QP) execute(p *packet) (nakKind, int) {
 			return nakInvReq, 0
 		}
 		npk := q.npkts(n)
-		res := q.newRes()
+		res := r.newRes()
 		*res = readRes{valid: true, firstPSN: p.psn, lastPSN: p.psn.Add(int(npk) - 1), mr: mr, mm: mm, va: va, length: n}
 		r.msn = r.msn.Next()
-		q.sendReadResp(res, p.psn)
+		r.sendReadResp(res, p.psn)
 		return nakNone, int(npk)
 	case op.Is(roce.MaskAtomic):
 		ae := roce.AtomicETH(p.ext(roce.HdrAtomicETH))
@@ -453,18 +483,18 @@ func (q *QP) execute(p *packet) (nakKind, int) {
 		} else {
 			orig = atomic.AddUint64(ptr, ae.SwapAdd()) - ae.SwapAdd()
 		}
-		res := q.newRes()
+		res := r.newRes()
 		*res = readRes{valid: true, atomic: true, firstPSN: p.psn, lastPSN: p.psn, orig: orig}
 		r.msn = r.msn.Next()
-		q.sendAck(roce.RCAtomicAck, q.ackSyndrome(), p.psn, orig)
+		r.sendAck(roce.RCAtomicAck, r.ackSyndrome(), p.psn, orig)
 		return nakNone, 1
 	}
 	return nakInvReq, 0
 }
 
 // newRes returns the next responder resource slot, evicting the oldest.
-func (q *QP) newRes() *readRes {
-	r := &q.resp
+func (r *responder) newRes() *readRes {
+	q := r.q
 	if len(r.res) == 0 {
 		n := 1
 		for n < int(max(q.attr.MaxDestRdAtomic, 1)) {
@@ -484,8 +514,7 @@ func (q *QP) newRes() *readRes {
 // duplicate handles a request with a PSN already seen: SEND/WRITE are
 // re-ACKed with the last ACKed PSN (ack_psn - 1), READ and atomics are
 // replayed from the resource ring.
-func (q *QP) duplicate(p *packet) {
-	r := &q.resp
+func (r *responder) duplicate(p *packet) {
 	if p.op.Is(roce.MaskRead) || p.op.Is(roce.MaskAtomic) {
 		for i := range r.res {
 			e := &r.res[i]
@@ -493,22 +522,23 @@ func (q *QP) duplicate(p *packet) {
 				continue
 			}
 			if e.atomic {
-				q.sendAck(roce.RCAtomicAck, q.ackSyndrome(), e.firstPSN, e.orig)
+				r.sendAck(roce.RCAtomicAck, r.ackSyndrome(), e.firstPSN, e.orig)
 				return
 			}
 			if e.mr != nil && !e.mr.valid.Load() {
 				return
 			}
-			q.sendReadResp(e, p.psn)
+			r.sendReadResp(e, p.psn)
 			return
 		}
 		return
 	}
-	q.sendAck(roce.RCAck, q.ackSyndrome(), r.psn.Prev(), 0)
+	r.sendAck(roce.RCAck, r.ackSyndrome(), r.psn.Prev(), 0)
 }
 
 // sendReadResp sends the READ response packets of res from PSN from on.
-func (q *QP) sendReadResp(res *readRes, from seqnum.PSN) {
+func (r *responder) sendReadResp(res *readRes, from seqnum.PSN) {
+	q := r.q
 	mtu := uint32(q.mtu)
 	for psn := from; ; psn = psn.Next() {
 		idx := uint32(psn.Diff(res.firstPSN))
@@ -528,7 +558,7 @@ func (q *QP) sendReadResp(res *readRes, from seqnum.PSN) {
 		}
 		p, pay := q.newPacket(op, psn, q.attr.DestQPN, int(size), q.dst, false, false)
 		if o := op.Info().Offset(roce.HdrAETH); o >= 0 {
-			roce.AETH(p.buf[o:]).Encode(&roce.AETHFields{Syndrome: q.ackSyndrome(), MSN: q.resp.msn})
+			roce.AETH(p.buf[o:]).Encode(&roce.AETHFields{Syndrome: r.ackSyndrome(), MSN: r.msn})
 		}
 		if size > 0 {
 			res.mm.copyOut(pay[:size], res.va+uint64(off))
@@ -542,9 +572,10 @@ func (q *QP) sendReadResp(res *readRes, from seqnum.PSN) {
 }
 
 // sendAck sends an ACKNOWLEDGE (or ATOMIC_ACKNOWLEDGE carrying orig).
-func (q *QP) sendAck(op roce.Opcode, syn roce.Syndrome, psn seqnum.PSN, orig uint64) {
+func (r *responder) sendAck(op roce.Opcode, syn roce.Syndrome, psn seqnum.PSN, orig uint64) {
+	q := r.q
 	p, _ := q.newPacket(op, psn, q.attr.DestQPN, 0, q.dst, false, false)
-	roce.AETH(p.buf[roce.BTHSize:]).Encode(&roce.AETHFields{Syndrome: syn, MSN: q.resp.msn})
+	roce.AETH(p.buf[roce.BTHSize:]).Encode(&roce.AETHFields{Syndrome: syn, MSN: r.msn})
 	if op == roce.RCAtomicAck {
 		binary.BigEndian.PutUint64(p.buf[roce.BTHSize+roce.AETHSize:], orig)
 	}

@@ -1,0 +1,123 @@
+package rxe
+
+import (
+	"net/netip"
+
+	"softib/internal/seqnum"
+	"softib/verbs"
+	"softib/wire/roce"
+)
+
+// What the three roles (requester.go, responder.go, completer.go) share
+// through their QP, all with QP.mu held: SGL resolution and copies,
+// packet sizing and building, and the two send lanes (QP.reqTx for the
+// requester, QP.respTx for the responder), which a round hands to the
+// socket once mu is released (process.go). A role reaches the QP through
+// its q field and writes only its own fields; the cross-role calls are
+// few and named after their event (completer.onRequestSent,
+// requester.rewind, requester.pauseUntil, requester.credits).
+
+// resolve maps an SGL onto registered memory, checking key, PD, bounds and
+// (for write) local write access.
+func (q *QP) resolve(sgl []verbs.SGE, segs *[][]byte, write bool) verbs.WCStatus {
+	s := (*segs)[:0]
+	for _, e := range sgl {
+		if e.Length == 0 {
+			continue
+		}
+		mr := q.dev.keys.lookup(e.LKey)
+		if mr == nil {
+			*segs = s
+			return verbs.WCLocProtErr
+		}
+		m := mr.m.Load()
+		if m.pd != q.pd || (write && m.access&verbs.AccessLocalWrite == 0) {
+			*segs = s
+			return verbs.WCLocProtErr
+		}
+		var ok bool
+		if s, ok = m.appendSegs(s, e.Addr, e.Length); !ok {
+			*segs = s
+			return verbs.WCLocProtErr
+		}
+	}
+	*segs = s
+	return verbs.WCSuccess
+}
+
+// copyOut copies bytes [off, off+len(dst)) of the scattered buffer segs
+// into dst.
+func copyOut(dst []byte, segs [][]byte, off int) {
+	for _, s := range segs {
+		if off >= len(s) {
+			off -= len(s)
+			continue
+		}
+		n := copy(dst, s[off:])
+		dst = dst[n:]
+		off = 0
+		if len(dst) == 0 {
+			return
+		}
+	}
+}
+
+// copyIn copies src into the scattered buffer segs at offset off.
+func copyIn(segs [][]byte, off int, src []byte) {
+	for _, s := range segs {
+		if off >= len(s) {
+			off -= len(s)
+			continue
+		}
+		n := copy(s[off:], src)
+		src = src[n:]
+		off = 0
+		if len(src) == 0 {
+			return
+		}
+	}
+}
+
+func segsLen(segs [][]byte) int {
+	n := 0
+	for _, s := range segs {
+		n += len(s)
+	}
+	return n
+}
+
+// npkts returns the number of packets (and PSNs) a message of n bytes
+// takes at the path MTU.
+func (q *QP) npkts(n uint32) uint32 {
+	if n == 0 {
+		return 1
+	}
+	return (n + uint32(q.mtu) - 1) / uint32(q.mtu)
+}
+
+// newPacket takes a buffer and writes the BTH of a packet with a payload
+// of size bytes; it returns the packet and its payload area. Extension
+// headers are left for the caller.
+func (q *QP) newPacket(op roce.Opcode, psn seqnum.PSN, dqpn uint32, size int, dst netip.AddrPort, ackReq, se bool) (*packet, []byte) {
+	p := q.dev.getPacket()
+	hl := op.HeaderLen()
+	pad := -size & 3
+	p.op, p.hdr, p.pay, p.psn, p.addr = op, hl, size, psn, dst
+	p.n = hl + size + pad + roce.ICRCSize
+	roce.BTH(p.buf[:roce.BTHSize]).Encode(&roce.BTHFields{
+		Opcode: op, SE: se, PadCnt: uint8(pad), PKey: DefaultPKey,
+		DestQP: dqpn, AckReq: ackReq, PSN: psn,
+	})
+	clear(p.buf[roce.BTHSize:hl])
+	clear(p.buf[hl+size : hl+size+pad])
+	return p, p.buf[hl : hl+size]
+}
+
+// finish writes the ICRC of a built packet (IPv4: ID 0 and DF, which the
+// udp package's unconnected IP_PMTUDISC_DO socket puts on the wire).
+func (q *QP) finish(p *packet) {
+	if q.sport.pending {
+		q.openSport()
+	}
+	q.encap.get(q.srcAddr(), p.addr).SetICRC(p.buf[:p.n])
+}

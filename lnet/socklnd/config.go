@@ -2,6 +2,7 @@ package socklnd
 
 import (
 	"fmt"
+	"io"
 	"net/netip"
 	"time"
 
@@ -102,6 +103,10 @@ const (
 // defaults of lnet-wire.md §7.9. Durations that may be disabled take a
 // negative value for "off".
 type Config struct {
+	// Capture, if set, receives a pcap of every connection's traffic
+	// with synthesised IPv4/TCP framing (capture.go); captured
+	// connections copy payloads instead of splicing them.
+	Capture io.Writer
 	// AcceptPort is the acceptor's TCP port and the port peers are
 	// dialled on (accept_port, 988).
 	AcceptPort int

@@ -51,6 +51,7 @@ func (d *Driver) acceptLoop() {
 			}
 			continue
 		}
+		nc = d.capt.wrap(nc, false)
 		if !d.reserveAccept(nc) {
 			d.stats.AcceptOverload.Add(1)
 			nc.Close()
@@ -352,7 +353,7 @@ func (d *Driver) established(c *conn) {
 }
 
 func (d *Driver) setSockOpts(nc net.Conn) {
-	tc, ok := nc.(*net.TCPConn)
+	tc, ok := tcpConn(nc)
 	if !ok {
 		return
 	}
@@ -471,6 +472,7 @@ func (d *Driver) connectOne(p *peer, typ lnetwire.SockConnType) error {
 	if err != nil {
 		return err
 	}
+	nc = d.capt.wrap(nc, true)
 	if !d.trackHandshake(nc) {
 		return lnd.ErrShutdown
 	}

@@ -174,6 +174,10 @@ func (l *LND) Startup(ni *lnd.NI) (lnd.Driver, error) {
 		done:        make(chan struct{}),
 		kickReaper:  make(chan struct{}, 1),
 	}
+	var err error
+	if d.capt, err = newCapture(cfg.Capture); err != nil {
+		return nil, fmt.Errorf("socklnd: capture: %w", err)
+	}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	if cfg.Accept != AcceptNone {
 		addr := cfg.ListenAddr
@@ -262,6 +266,7 @@ type Driver struct {
 	stats       Stats
 	kickReaper  chan struct{}
 	refusedLog  rateLimit // refusal log lines
+	capt        *capture  // Config.Capture; nil: none
 
 	mu         sync.Mutex
 	peers      map[lnetwire.NID]*peer

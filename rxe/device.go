@@ -81,6 +81,8 @@ type Device struct {
 	rxEncap encapCache
 	// sports are the send-only sockets of the QPs' source ports (sport.go).
 	sports sportTable
+	// mcast are the multicast groups QPs are attached to (mcast.go).
+	mcast mcastTable
 
 	// Busy-poll receive (busypoll.go); sr is nil when off. rxTok is the
 	// receive token, which guards rb; rxState is the receive
@@ -265,6 +267,10 @@ func (d *Device) Query() verbs.DeviceAttr {
 		MaxMW:           MaxMW,
 
 		MaxFastRegPageListLen: MaxFastRegPageList,
+
+		MaxMcastGrp:           MaxMcastGrp, // mcast.go
+		MaxMcastQPAttach:      MaxMcastQPAttach,
+		MaxTotalMcastQPAttach: MaxTotalMcastQPAttach,
 	}
 }
 
@@ -393,6 +399,7 @@ func (d *Device) Close() error {
 		q.destroy()
 	}
 	d.closeSports()
+	d.closeMcast()
 	err := d.conn.Close()
 	<-d.rxDone
 	d.qpWG.Wait()

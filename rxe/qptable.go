@@ -90,6 +90,7 @@ func (d *Device) addQP(q *QP) error {
 }
 
 func (d *Device) removeQP(q *QP) {
+	d.detachAllMcast(q) // mcast.go; before d.mu (lock order)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delete(d.qps, q)

@@ -62,19 +62,30 @@ func (d *Driver) connd() {
 	}
 }
 
-// startConnect launches an active connection attempt to p unless one is
-// running, a connection is up, or a reconnect delay holds. Called with
-// d.mu held.
+// startConnect launches conns_per_peer active connection attempts to p
+// (kiblnd_launch_tx for a new peer) unless one is running, a connection
+// is up, or a reconnect delay holds. Called with d.mu held.
 func (d *Driver) startConnect(p *peer, now time.Time) {
 	if p.connecting > 0 || d.closed || now.Before(p.retryAt) || p.activeConn() != nil || p.reconnect {
 		return
 	}
+	for range d.cfg.ConnsPerPeer {
+		if !d.connectOne(p) {
+			return
+		}
+	}
+}
+
+// connectOne starts one active connection attempt to p
+// (kiblnd_connect_peer); false if no CM ID could be made. Called with
+// d.mu held.
+func (d *Driver) connectOne(p *peer) bool {
 	c := newConn(d, p, true, p.version, p.queueDepth, p.maxFrags)
 	c.setState(connActiveConnect)
 	id, err := d.cm.CreateID(d.ch, c, rdmacm.PSTCP)
 	if err != nil {
 		d.log.Warn("create CM ID", "err", err)
-		return
+		return false
 	}
 	c.id = id
 	src := netip.AddrPortFrom(d.addr, 0)
@@ -96,6 +107,7 @@ func (d *Driver) startConnect(p *peer, now time.Time) {
 		// Reported like an ADDR_ERROR, after d.mu is released.
 		go c.connectFailed(fmt.Errorf("%w: resolve %v: %w", lnd.ErrPeerDown, dst, err))
 	}
+	return true
 }
 
 // connReqMsg builds the CONNREQ/CONNACK of c (56 bytes).
@@ -330,6 +342,11 @@ func (c *conn) rejected(ev *rdmacm.Event) {
 			retry = true
 		}
 	}
+	if retry && p.upExcept(stale) {
+		// Another connection of the round (conns_per_peer) is up: the
+		// peer is reachable, nothing to retry.
+		retry = false
+	}
 	if retry {
 		d.planReconnectLocked(p, now)
 	}
@@ -342,10 +359,14 @@ func (c *conn) rejected(ev *rdmacm.Event) {
 	c.connectFailed(&RejectError{Rej: rej})
 }
 
-// planReconnectLocked makes p reconnect once its failed connection is
-// destroyed; past reconnHighRace consecutive tries it waits a second.
+// planReconnectLocked makes p reconnect once its failed connections are
+// destroyed (all of them: a round of conns_per_peer attempts is retried
+// as one); past reconnHighRace consecutive tries it waits a second.
 // Called with d.mu held.
 func (d *Driver) planReconnectLocked(p *peer, now time.Time) {
+	if p.reconnect {
+		return // another attempt of the same round asked already
+	}
 	p.reconnect = true
 	p.reconnects++
 	d.stats.Reconnects.Add(1)

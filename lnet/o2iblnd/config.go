@@ -22,6 +22,8 @@ const (
 	DefaultMRCacheSize    = 512       // fmr_pool_size: cached MRs per NI
 	DefaultMRCacheBytes   = 256 << 20 // bytes those MRs may keep alive
 	DefaultPeerTimeout    = 180 * time.Second
+	DefaultConnsPerPeer   = 1               // conns_per_peer
+	MaxConnsPerPeer       = 127             // lnetctl's limit for conns_per_peer
 	DefaultResolveTimeout = 5 * time.Second // address/route resolution
 )
 
@@ -93,6 +95,14 @@ type Config struct {
 	// AllowSmallQueue lets PeerCredits go below 8 (tests of credit
 	// exhaustion).
 	AllowSmallQueue bool
+	// ConnsPerPeer is the number of RC connections (QPs) this side opens
+	// to a peer it connects to (conns_per_peer, Lustre 2.15+; 0 takes the
+	// NI's lnd.Tunables.ConnsPerPeer, else 1; at most 127). New messages
+	// go round-robin over the established ones; a transfer's replies stay
+	// on its connection. As in ko2iblnd, the connections are opened when
+	// the peer has none, and the passive side accepts however many the
+	// peer opens (it opens none of its own while one is up).
+	ConnsPerPeer int
 }
 
 // withDefaults returns c with zero fields replaced by the Lustre defaults
@@ -135,6 +145,9 @@ func (c Config) withDefaults(peerCredits int) Config {
 	}
 	if c.Version != lnetwire.KibVersion1 {
 		c.Version = lnetwire.KibVersion2
+	}
+	if c.ConnsPerPeer == 0 {
+		c.ConnsPerPeer = DefaultConnsPerPeer
 	}
 	if c.MaxFrags <= 0 || c.MaxFrags > lnetwire.KibMaxRDMAFrags {
 		c.MaxFrags = lnetwire.KibMaxRDMAFrags

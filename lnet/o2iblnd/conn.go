@@ -91,6 +91,7 @@ type conn struct {
 	early    []*rx
 	closeErr error
 	rwr      [1]verbs.RecvWR
+	nsent    uint64 // messages posted on this connection
 }
 
 func newConn(d *Driver, p *peer, active bool, version uint16, qd, frags int) *conn {
@@ -211,6 +212,9 @@ func (c *conn) queueTx(t *tx) {
 	t.conn = c
 	t.queued = true
 	c.txs[t.cookie] = t
+	if n := int64(len(c.txs)); n > c.d.stats.PeakConnTxs.Load() {
+		c.d.stats.PeakConnTxs.Store(n) // under c.mu: racy across conns, a statistic
+	}
 	c.flow.Enqueue(t, t.typ)
 	failed := c.checkSendsLocked(time.Now())
 	c.mu.Unlock()
@@ -261,6 +265,7 @@ func (c *conn) checkSendsLocked(now time.Time) error {
 			return t.status
 		}
 		t.sending++
+		c.nsent++
 		d.stats.TxMsgs.Add(1)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,6 +90,7 @@ type Stats struct {
 	Bounced              atomic.Uint64 // sinks staged through a bounce buffer
 	FastRegs             atomic.Uint64 // multi-fragment sinks registered through a fast-reg MR
 	EarlyRx              atomic.Uint64 // messages before ESTABLISHED
+	PeakConnTxs          atomic.Int64  // most txs one connection held at once (queued, sending or waiting)
 	UnmatchedCompletions atomic.Uint64
 }
 
@@ -178,6 +180,7 @@ type peer struct {
 	connecting  int
 	accepting   int
 	txq         []*tx // waiting for a connection
+	next        int   // round-robin cursor over conns (kiblnd_get_conn_locked)
 	races       int
 	reconnects  int // consecutive, reset when a connection is up
 	retryAt     time.Time
@@ -198,9 +201,15 @@ func (l *LND) Startup(ni *lnd.NI) (lnd.Driver, error) {
 	default:
 		return nil, fmt.Errorf("o2iblnd: LNDConfig is %T, want o2iblnd.Config", ni.LNDConfig)
 	}
+	if cfg.ConnsPerPeer == 0 {
+		cfg.ConnsPerPeer = ni.Tunables.ConnsPerPeer
+	}
 	cfg = cfg.withDefaults(ni.Tunables.PeerCredits)
 	if cfg.CM == nil {
 		return nil, ErrNoConfig
+	}
+	if cfg.ConnsPerPeer < 1 || cfg.ConnsPerPeer > MaxConnsPerPeer {
+		return nil, fmt.Errorf("o2iblnd: conns_per_peer %d out of range 1..%d", cfg.ConnsPerPeer, MaxConnsPerPeer)
 	}
 	if ni.NID.Addr() == 0 {
 		ip, err := interfaceIPv4(ni.Interfaces)
@@ -339,6 +348,34 @@ func (p *peer) activeConn() *conn {
 	return nil
 }
 
+// upExcept reports whether p has an established connection other than
+// those in skip. Called with d.mu held.
+func (p *peer) upExcept(skip []*conn) bool {
+	for _, c := range p.conns {
+		if c.state.Load() == int32(connEstablished) && !slices.Contains(skip, c) {
+			return true
+		}
+	}
+	return false
+}
+
+// pickConn returns the established connection a new message goes on:
+// with several (conns_per_peer), the next one after the last used, as
+// kiblnd_get_conn_locked advances ibp_next_conn, so that consecutive
+// messages spread over the peer's QPs (and the device's receive shards).
+// nil when none is up. Called with d.mu held.
+func (p *peer) pickConn() *conn {
+	n := len(p.conns)
+	for k := range n {
+		i := (p.next + k) % n
+		if c := p.conns[i]; c.state.Load() == int32(connEstablished) {
+			p.next = i + 1
+			return c
+		}
+	}
+	return nil
+}
+
 // Send implements lnd.Driver (kiblnd_send): small messages go as
 // IMMEDIATE, larger PUT/REPLY payloads as PUT_REQ, GETs whose reply does
 // not fit a message as GET_REQ with a sink descriptor.
@@ -422,7 +459,7 @@ func (d *Driver) launch(t *tx, nid lnetwire.NID) {
 		return
 	}
 	p := d.findPeer(nid)
-	if c := p.activeConn(); c != nil {
+	if c := p.pickConn(); c != nil {
 		d.mu.Unlock()
 		c.queueTx(t)
 		return
@@ -498,6 +535,24 @@ func (d *Driver) Conns(nid lnetwire.NID) int {
 		}
 	}
 	return n
+}
+
+// ConnSends returns, for each established connection to nid, the
+// messages posted on it: how conns_per_peer spread the traffic.
+func (d *Driver) ConnSends(nid lnetwire.NID) []uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []uint64
+	if p := d.peers[nid]; p != nil {
+		for _, c := range p.conns {
+			if c.getState() == connEstablished {
+				c.mu.Lock()
+				out = append(out, c.nsent)
+				c.mu.Unlock()
+			}
+		}
+	}
+	return out
 }
 
 // Shutdown implements lnd.Driver: it stops accepting, closes every

@@ -218,3 +218,58 @@ func TestMRInitiatorIsPrimary(t *testing.T) {
 		}
 	})
 }
+
+// TestMRMatchSecondaryNID: an ME posted for a Multi-Rail peer's secondary
+// NID (as lnet_selftest posts its reply and bulk MEs for the NID a console
+// group names) takes a PUT whose initiator is the peer's primary NID
+// (lnet_try_match_md's same-peer fallback), on a unique portal too; an
+// ME for a NID of another peer does not.
+func TestMRMatchSecondaryNID(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := lndtest.New(lnetwire.SOCKLND)
+		a := newInstance(t, n, nidA, lnd.Tunables{})
+		b := newInstance(t, n, nidB, lnd.Tunables{})
+		nidC := lnetwire.MustParseNID("10.0.0.3@tcp")
+		newInstance(t, n, nidC, lnd.Tunables{})
+		nidA2, nidB2 := lnetwire.MustParseNID("10.0.1.1@tcp1"), lnetwire.MustParseNID("10.0.1.2@tcp1")
+		if err := a.AddNet(lnet.NetConfig{Net: nidA2.Net(), Addr: nidA2.Addr()}); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.AddNet(lnet.NetConfig{Net: nidB2.Net(), Addr: nidB2.Addr()}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Discover(context.Background(), nidB, false); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Discover(context.Background(), nidC, false); err != nil {
+			t.Fatal(err)
+		}
+		eq, err := a.EQAlloc(16, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Unique portal 8: exact initiator, no ignore bits. One ME for
+		// B's secondary NID, one for C's NID, both with B's match bits.
+		for _, nid := range []lnetwire.NID{nidC, nidB2} {
+			me, err := a.MEAttach(8, lnetwire.ProcessID{NID: nid, PID: b.PID()}, 5, 0, lnet.Retain, lnet.InsAfter)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.MDAttach(me, lnet.MD{Start: make([]byte, 8), Threshold: lnet.ThreshInf, Options: lnet.MDOpPut, EQ: eq, UserPtr: nid}, lnet.Retain); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h, err := b.MDBind(lnet.MD{Start: []byte("primary"), Threshold: 1}, lnet.AutoUnlink)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Put(nidB, h, lnet.AckReqNo, lnetwire.ProcessID{NID: nidA, PID: a.PID()}, 8, 5, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		evs := drain(t, eq)
+		if len(evs) != 1 || evs[0].Type != lnet.EventPut || evs[0].Initiator.NID != nidB || evs[0].MD.UserPtr != nidB2 {
+			t.Fatalf("events %v", evs)
+		}
+	})
+}

@@ -244,13 +244,13 @@ func (in *Instance) tryMatchMD(me *ME, md *libMD, mi *matchInfo) matchResult {
 	if md.options&mi.op == 0 {
 		return matchNone
 	}
-	if me.match.NID != lnetwire.NIDAny && me.match.NID != mi.initiator.NID {
+	if (me.matchBits^mi.matchBits)&^me.ignoreBits != 0 {
 		return matchNone
 	}
 	if me.match.PID != lnetwire.PIDAny && me.match.PID != mi.initiator.PID {
 		return matchNone
 	}
-	if (me.matchBits^mi.matchBits)&^me.ignoreBits != 0 {
+	if me.match.NID != lnetwire.NIDAny && me.match.NID != mi.initiator.NID && !in.samePeerLocked(me.match.NID, mi.initiator.NID) {
 		return matchNone
 	}
 	offset := md.offset
@@ -284,6 +284,22 @@ func (in *Instance) tryMatchMD(me *ME, md *libMD, mi *matchInfo) matchResult {
 		in.unlinkMDLocked(md)
 	}
 	return matchOK
+}
+
+// samePeerLocked reports whether two different NIDs belong to one peer,
+// lnet_try_match_md's fallback for an ME posted for another NID of the
+// initiator: the initiator is the sender's primary NID (parse), while an
+// upper layer may have posted its ME for the NID it addressed, as
+// lnet_selftest does for a console group's NID, a Multi-Rail peer's
+// secondary. (The kernel reaches this fallback only on wildcard portals:
+// its unique portals hash MEs by the ME's NID and look the bucket up by
+// the initiator's, so there an ME for a secondary NID is not found and
+// the PUT is dropped, the GET answered with ENODATA. softib keeps a
+// unique portal's MEs by match bits, so it accepts the same peer there
+// too.)
+func (in *Instance) samePeerLocked(a, b lnetwire.NID) bool {
+	lp := in.lpeerLocked(a)
+	return lp != nil && lp == in.lpeerLocked(b)
 }
 
 // attachMD is the threshold/refcount part of lnet_msg_attach_md.

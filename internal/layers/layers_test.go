@@ -90,11 +90,12 @@ var rules = map[string][]string{
 	// iSER targets sit beside LNet, above the connection managers and
 	// rdma_rw.
 	"softib/storage/scsi": with(),
-	// What the SRP and iSER targets share: the RDMA CM listener, a
-	// connection's queues and teardown, RDMA READs through rdma_rw.
-	"softib/storage/internal/rdmatarget": with("softib/storage/scsi", "softib/rdmarw", "softib/rdmacm", "softib/verbs"),
+	// What the SRP and iSER targets share: the RDMA CM and IB CM
+	// listeners, a connection's queues and teardown, RDMA READs through
+	// rdma_rw.
+	"softib/storage/internal/rdmatarget": with("softib/storage/scsi", "softib/rdmarw", "softib/rdmacm", "softib/cm", "softib/verbs", "softib/wire/mad"),
 	// The iSER and SRP tests' rig (imported by tests only).
-	"softib/storage/internal/targettest": with("softib/storage/scsi", "softib/rdmacm", "softib/rxe"),
+	"softib/storage/internal/targettest": with("softib/storage/scsi", "softib/rdmacm", "softib/cm", "softib/rxe"),
 	"softib/storage/...":                 with("softib/storage/scsi", "softib/storage/internal/rdmatarget", "softib/rdmarw", "softib/rdmacm", "softib/cm", "softib/verbs", "softib/wire/..."),
 
 	// Tools and the CLI may use any layer (the CLI is imported by nothing).

@@ -128,7 +128,9 @@ func testSRP(ctx context.Context, t *testing.T, v *vm.VM, m *rdmacm.Manager, hos
 	// ib_srp removes a deleted target port's channels asynchronously and
 	// refuses the same target with EEXIST until it is gone: add_target
 	// waits for that.
-	add := fmt.Sprintf(`for i in $(seq 100); do echo id_ext=0002c90300000001,ioc_guid=0002c90300000001,dest=%s:%d 2>/tmp/add.err >/sys/class/infiniband_srp/srp-rxe0-1/add_target && break; grep -q 'File exists' /tmp/add.err || { cat /tmp/add.err; exit 1; }; nap 0.1; done`, host, srp.DefaultPort)
+	// id_ext and ioc_guid name the target port: the target's defaults.
+	guid := srp.DefaultGUID(host)
+	add := fmt.Sprintf(`for i in $(seq 100); do echo id_ext=%016x,ioc_guid=%016x,dest=%s:%d 2>/tmp/add.err >/sys/class/infiniband_srp/srp-rxe0-1/add_target && break; grep -q 'File exists' /tmp/add.err || { cat /tmp/add.err; exit 1; }; nap 0.1; done`, guid, guid, host, srp.DefaultPort)
 	disk := `disk() { for i in $(seq 150); do for d in /sys/block/sd*; do [ -e $d/device/vendor ] && grep -q SOFTIB $d/device/vendor && { echo /dev/${d##*/}; return 0; }; done; nap 0.2; done; return 1; }`
 	run("SRP login, mkfs, files, fio", fmt.Sprintf(`set -e
 %s

@@ -76,7 +76,7 @@ func (t *Target) newConn(id *rdmacm.ID) (*conn, error) {
 	c := &conn{t: t, window: w, logoutSlot: -1}
 	c.login.p.rdma = true
 	nSend := w + 16
-	err := c.Setup(&t.l, id, c, rdmatarget.Shape{
+	err := c.Setup(&t.l, rdmatarget.RDMACM(id), c, rdmatarget.Shape{
 		Recv: w + 16, RecvLen: recvSlot,
 		Send: nSend, SendLen: sendSlot,
 		Data: w, DataLen: maxBurst,

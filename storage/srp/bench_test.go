@@ -18,7 +18,7 @@ func BenchmarkSRP(b *testing.B) {
 			const size = 256 << 20
 			targettest.FileLUN(b, st, 1, size, maxXfer)
 			const qd = 16
-			in, _ := dial(b, m, src, tgt.Addr(), 512, qd*tc.BS)
+			in, _ := dial(b, m, src, tgt, 512, qd*tc.BS)
 			blocks := uint16(tc.BS / 512)
 			nblk := uint32(size / tc.BS)
 			r := rand.New(rand.NewPCG(1, 2))

@@ -1,6 +1,7 @@
 package srp
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 
@@ -37,65 +38,121 @@ type channel struct {
 	credits int
 }
 
-// login answers a CONNECT_REQUEST carrying struct srp_login_req_rdma.
-func (t *Target) login(ev *rdmacm.Event) {
-	id := ev.ID
-	reject := func(tag []byte, reason uint32, why string) {
-		t.Stats.LoginRejects.Add(1)
-		t.cfg.Logf("srp: rejecting login from %v: %s", id.RemoteAddr(), why)
-		var b [LoginRejLen]byte
-		id.Reject(PutLoginRej(b[:], tag, reason))
-		id.Destroy()
+// loginPort is what a login needs from its connection manager: the
+// endpoint the channel is set up on, and the reply carrying the
+// SRP_LOGIN_RSP or SRP_LOGIN_REJ.
+type loginPort interface {
+	endpoint() rdmatarget.Endpoint
+	// accept sends the REP with rsp; reject sends the REJ with rej and
+	// releases the request.
+	accept(rsp []byte) error
+	reject(rej []byte)
+	peer() string
+}
+
+// rdmacmLogin is a CONNECT_REQUEST carrying struct srp_login_req_rdma.
+type rdmacmLogin struct{ ev *rdmacm.Event }
+
+func (l rdmacmLogin) endpoint() rdmatarget.Endpoint { return rdmatarget.RDMACM(l.ev.ID) }
+func (l rdmacmLogin) peer() string                  { return l.ev.ID.RemoteAddr().String() }
+func (l rdmacmLogin) reject(rej []byte) {
+	l.ev.ID.Reject(rej)
+	l.ev.ID.Destroy()
+}
+func (l rdmacmLogin) accept(rsp []byte) error {
+	depth := l.ev.Conn.ResponderResources
+	if depth == 0 {
+		depth = 1
 	}
+	return l.ev.ID.Accept(&rdmacm.ConnParam{PrivateData: rsp,
+		ResponderResources: l.ev.Conn.InitiatorDepth, InitiatorDepth: depth, RNRRetryCount: 7})
+}
+
+// ibcmLogin is an IB CM REQ carrying SRP_LOGIN_REQ.
+type ibcmLogin struct{ c *rdmatarget.IBCMConn }
+
+func (l ibcmLogin) endpoint() rdmatarget.Endpoint { return l.c }
+func (l ibcmLogin) peer() string                  { return l.c.Peer() }
+func (l ibcmLogin) reject(rej []byte)             { l.c.Reject(rej) }
+func (l ibcmLogin) accept(rsp []byte) error {
+	// ib_srpt's REP: 4 RDMA READs each way, flow control, RNR retry 7.
+	return l.c.Accept(rdmatarget.REPParam{PrivateData: rsp, ResponderResources: 4, InitiatorDepth: 4, FlowControl: true})
+}
+
+// loginRDMACM answers a CONNECT_REQUEST (Linux ib_srp with dest=).
+func (t *Target) loginRDMACM(ev *rdmacm.Event) {
 	req, err := ParseLoginReqRDMA(ev.Conn.PrivateData)
 	if err != nil {
-		reject(make([]byte, 8), RejUnableEstablish, err.Error())
+		t.refuse(rdmacmLogin{ev}, make([]byte, 8), RejUnableEstablish, err.Error())
 		return
 	}
-	if req.BufFmt()&(BufFmtDirect|BufFmtIndirect) == 0 {
-		reject(req.Tag(), RejUnsupportedDescFmt, fmt.Sprintf("buffer formats %#x", req.BufFmt()))
+	t.login(rdmacmLogin{ev}, req.fields())
+}
+
+// loginIBCM answers an IB CM REQ to the target's service ID.
+func (t *Target) loginIBCM(c *rdmatarget.IBCMConn, pd []byte) {
+	req, err := ParseLoginReq(pd)
+	if err != nil {
+		t.refuse(ibcmLogin{c}, make([]byte, 8), RejUnableEstablish, err.Error())
 		return
 	}
-	itIU := int(req.ITIULen())
+	t.login(ibcmLogin{c}, req.fields())
+}
+
+func (t *Target) refuse(p loginPort, tag []byte, reason uint32, why string) {
+	t.Stats.LoginRejects.Add(1)
+	t.cfg.Logf("srp: rejecting login from %v: %s", p.peer(), why)
+	var b [LoginRejLen]byte
+	p.reject(PutLoginRej(b[:], tag, reason))
+}
+
+// login checks a login request, sets its channel up and accepts it:
+// the same for both connection managers.
+func (t *Target) login(p loginPort, req loginFields) {
+	if req.bufFmt&(BufFmtDirect|BufFmtIndirect) == 0 {
+		t.refuse(p, req.tag, RejUnsupportedDescFmt, fmt.Sprintf("buffer formats %#x", req.bufFmt))
+		return
+	}
+	itIU := int(req.itIU)
 	if itIU > maxITIU {
-		reject(req.Tag(), RejITIULenTooLarge, fmt.Sprintf("IU length %d > %d", itIU, maxITIU))
+		t.refuse(p, req.tag, RejITIULenTooLarge, fmt.Sprintf("IU length %d > %d", itIU, maxITIU))
 		return
 	}
 	if itIU < CmdLen {
-		reject(req.Tag(), RejUnableEstablish, fmt.Sprintf("IU length %d", itIU))
+		t.refuse(p, req.tag, RejUnableEstablish, fmt.Sprintf("IU length %d", itIU))
 		return
 	}
-	c, err := t.newChannel(id, itIU)
+	// Like ib_srpt, the login names the target port: id_ext, ioc_guid.
+	if tp := t.TargetPortID(); !bytes.Equal(req.tPort, tp[:]) {
+		t.refuse(p, req.tag, RejUnableAssociate, fmt.Sprintf("target port ID %x, ours is %x", req.tPort, tp))
+		return
+	}
+	c, err := t.newChannel(p.endpoint(), itIU)
 	if err != nil {
-		reject(req.Tag(), RejInsufficientRes, err.Error())
+		t.refuse(p, req.tag, RejInsufficientRes, err.Error())
 		return
 	}
 	// Every channel stands on its own: a second login (multichannel)
 	// keeps the first, so the response says "maintained" for it.
 	var flags byte
-	if req.Flags()&0x03 == 1 {
+	if req.flags&0x03 == 1 {
 		flags = 0x02
 	}
 	var b [LoginRspLen]byte
-	depth := ev.Conn.ResponderResources
-	if depth == 0 {
-		depth = 1
-	}
-	if err := id.Accept(&rdmacm.ConnParam{PrivateData: PutLoginRsp(b[:], req.Tag(), uint32(c.credits), uint32(itIU), maxTIIU, flags),
-		ResponderResources: ev.Conn.InitiatorDepth, InitiatorDepth: depth, RNRRetryCount: 7}); err != nil {
-		t.cfg.Logf("srp: accept %v: %v", id.RemoteAddr(), err)
+	if err := p.accept(PutLoginRsp(b[:], req.tag, uint32(c.credits), uint32(itIU), maxTIIU, flags)); err != nil {
+		t.cfg.Logf("srp: accept %v: %v", p.peer(), err)
 		c.Shutdown("accept failed")
 		return
 	}
 	t.Stats.Logins.Add(1)
 }
 
-func (t *Target) newChannel(id *rdmacm.ID, itIU int) (*channel, error) {
+func (t *Target) newChannel(ep rdmatarget.Endpoint, itIU int) (*channel, error) {
 	n := t.cfg.Credits
 	c := &channel{t: t, itIU: itIU, credits: n}
 	// A few receives beyond the credits hold IUs that need none
 	// (SRP_I_LOGOUT, CRED_RSP, AER_RSP).
-	err := c.Setup(&t.l, id, c, rdmatarget.Shape{
+	err := c.Setup(&t.l, ep, c, rdmatarget.Shape{
 		Recv: n + 8, RecvLen: itIU,
 		Send: n + 8, SendLen: maxTIIU,
 		Data: n, DataLen: slotLen,

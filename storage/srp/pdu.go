@@ -37,6 +37,7 @@ const (
 	RejUnableEstablish    = 0x00010000
 	RejInsufficientRes    = 0x00010001
 	RejITIULenTooLarge    = 0x00010002
+	RejUnableAssociate    = 0x00010003 // the target port ID is not ours
 	RejUnsupportedDescFmt = 0x00010004
 )
 
@@ -59,6 +60,7 @@ const (
 
 // Fixed sizes.
 const (
+	LoginReqLen     = 64
 	LoginReqRDMALen = 56
 	LoginRspLen     = 52
 	LoginRejLen     = 32
@@ -108,6 +110,72 @@ func (l LoginReqRDMA) InitiatorPortID() []byte { return l[16:32] }
 
 // TargetPortID is id_ext followed by ioc_guid.
 func (l LoginReqRDMA) TargetPortID() []byte { return l[32:48] }
+
+// LoginReq is a typed view of SRP_LOGIN_REQ (struct srp_login_req, 64
+// bytes), the login request an initiator sends as IB CM REQ private
+// data (SRP-2 §6.2; Linux ib_srp without dest=).
+type LoginReq []byte
+
+// ParseLoginReq checks the length and opcode.
+func ParseLoginReq(b []byte) (LoginReq, error) {
+	if len(b) < LoginReqLen {
+		return nil, ErrShortIU
+	}
+	if b[0] != OpLoginReq {
+		return nil, fmt.Errorf("%w: login opcode %#x", ErrBadIU, b[0])
+	}
+	return LoginReq(b[:LoginReqLen]), nil
+}
+
+// Tag is the initiator's opaque tag (echoed).
+func (l LoginReq) Tag() []byte { return l[8:16] }
+
+// ITIULen is the largest initiator-to-target IU.
+func (l LoginReq) ITIULen() uint32 { return binary.BigEndian.Uint32(l[16:20]) }
+
+// BufFmt is the requested buffer formats.
+func (l LoginReq) BufFmt() uint16 { return binary.BigEndian.Uint16(l[24:26]) }
+
+// Flags is req_flags (multichannel action, immediate data request).
+func (l LoginReq) Flags() byte { return l[26] }
+
+// InitiatorPortID is the initiator's 16-byte port identifier.
+func (l LoginReq) InitiatorPortID() []byte { return l[32:48] }
+
+// TargetPortID is id_ext followed by ioc_guid.
+func (l LoginReq) TargetPortID() []byte { return l[48:64] }
+
+// PutLoginReq builds an SRP_LOGIN_REQ (the initiator side, for tests
+// and tools).
+func PutLoginReq(b []byte, tag []byte, itIU uint32, bufFmt uint16, flags byte, iPort, tPort []byte) []byte {
+	b = b[:LoginReqLen]
+	clear(b)
+	b[0] = OpLoginReq
+	copy(b[8:16], tag)
+	binary.BigEndian.PutUint32(b[16:], itIU)
+	binary.BigEndian.PutUint16(b[24:], bufFmt)
+	b[26] = flags
+	copy(b[32:48], iPort)
+	copy(b[48:64], tPort)
+	return b
+}
+
+// loginFields are what both login forms carry.
+type loginFields struct {
+	tag    []byte
+	bufFmt uint16
+	flags  byte
+	itIU   uint32
+	tPort  []byte
+}
+
+func (l LoginReq) fields() loginFields {
+	return loginFields{l.Tag(), l.BufFmt(), l.Flags(), l.ITIULen(), l.TargetPortID()}
+}
+
+func (l LoginReqRDMA) fields() loginFields {
+	return loginFields{l.Tag(), l.BufFmt(), l.Flags(), l.ITIULen(), l.TargetPortID()}
+}
 
 // PutLoginRsp builds an SRP_LOGIN_RSP.
 func PutLoginRsp(b []byte, tag []byte, reqLim, maxIT, maxTI uint32, flags byte) []byte {

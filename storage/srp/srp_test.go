@@ -37,7 +37,14 @@ func (in *initiator) postRecv(i int) {
 	}
 }
 
-func dial(t testing.TB, m *rdmacm.Manager, src netip.Addr, dst netip.AddrPort, itIU uint32, dataLen int) (*initiator, *rdmacm.Event) {
+// dial logs in to tgt over the RDMA CM.
+func dial(t testing.TB, m *rdmacm.Manager, src netip.Addr, tgt *Target, itIU uint32, dataLen int) (*initiator, *rdmacm.Event) {
+	t.Helper()
+	return dialPort(t, m, src, tgt.Addr(), tgt.TargetPortID(), itIU, dataLen)
+}
+
+// dialPort logs in to dst naming target port tport.
+func dialPort(t testing.TB, m *rdmacm.Manager, src netip.Addr, dst netip.AddrPort, tport [16]byte, itIU uint32, dataLen int) (*initiator, *rdmacm.Event) {
 	t.Helper()
 	ch := rdmacm.NewEventChannel()
 	id, err := m.CreateID(ch, nil, rdmacm.PSTCP)
@@ -77,7 +84,7 @@ func dial(t testing.TB, m *rdmacm.Manager, src netip.Addr, dst netip.AddrPort, i
 	binary.BigEndian.PutUint16(req[8:], BufFmtDirect|BufFmtIndirect)
 	req[11] = OpLoginReq
 	binary.BigEndian.PutUint32(req[12:], itIU)
-	copy(req[32:48], "id_ext..ioc_guid")
+	copy(req[32:48], tport[:])
 	if err := id.Connect(&rdmacm.ConnParam{PrivateData: req, ResponderResources: 4, InitiatorDepth: 4, RetryCount: 7, RNRRetryCount: 7}); err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +218,7 @@ func newEnv(t testing.TB) (*rdmacm.Manager, netip.Addr, *Target, *scsi.Target) {
 
 func TestLoginIOAndTMF(t *testing.T) {
 	m, src, tgt, st := newEnv(t)
-	in, ev := dial(t, m, src, tgt.Addr(), 512, 1<<20)
+	in, ev := dial(t, m, src, tgt, 512, 1<<20)
 	if ev.Type != rdmacm.EventEstablished || in.loginRs[0] != OpLoginRsp || string(in.loginRs[8:16]) != "logintag" {
 		t.Fatalf("login: %v % x", ev.Type, in.loginRs)
 	}
@@ -273,10 +280,16 @@ func TestLoginIOAndTMF(t *testing.T) {
 
 func TestLoginReject(t *testing.T) {
 	m, src, tgt, _ := newEnv(t)
-	_, ev := dial(t, m, src, tgt.Addr(), maxITIU+1, 4096)
+	_, ev := dial(t, m, src, tgt, maxITIU+1, 4096)
 	if ev.Type != rdmacm.EventRejected || len(ev.Conn.PrivateData) < LoginRejLen || ev.Conn.PrivateData[0] != OpLoginRej ||
 		binary.BigEndian.Uint32(ev.Conn.PrivateData[4:]) != RejITIULenTooLarge {
 		t.Fatalf("%v % x", ev.Type, ev.Conn.PrivateData)
+	}
+	// A login naming another target port is refused, as ib_srpt does.
+	_, ev = dialPort(t, m, src, tgt.Addr(), [16]byte{15: 1}, 512, 4096)
+	if ev.Type != rdmacm.EventRejected || len(ev.Conn.PrivateData) < LoginRejLen ||
+		binary.BigEndian.Uint32(ev.Conn.PrivateData[4:]) != RejUnableAssociate {
+		t.Fatalf("wrong port: %v % x", ev.Type, ev.Conn.PrivateData)
 	}
 }
 
@@ -307,10 +320,20 @@ func FuzzParseCmd(f *testing.F) {
 // FuzzLoginAndTskMgmt checks the other decoders.
 func FuzzLoginAndTskMgmt(f *testing.F) {
 	f.Add(make([]byte, LoginReqRDMALen))
+	f.Add(PutLoginReq(make([]byte, LoginReqLen), []byte("logintag"), 512, BufFmtDirect, 1, []byte("initiator.port.."), []byte("target...port...")))
 	f.Add(make([]byte, TskMgmtLen))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if l, err := ParseLoginReqRDMA(b); err == nil {
 			_, _, _ = l.ITIULen(), l.BufFmt(), l.TargetPortID()
+		}
+		if l, err := ParseLoginReq(b); err == nil {
+			f := l.fields()
+			var again [LoginReqLen]byte
+			g := LoginReq(PutLoginReq(again[:], f.tag, f.itIU, f.bufFmt, f.flags, l.InitiatorPortID(), f.tPort)).fields()
+			if !bytes.Equal(g.tag, f.tag) || g.itIU != f.itIU || g.bufFmt != f.bufFmt || g.flags != f.flags ||
+				!bytes.Equal(g.tPort, f.tPort) {
+				t.Fatalf("SRP_LOGIN_REQ does not round-trip: %+v, %+v", f, g)
+			}
 		}
 		if tm, err := ParseTskMgmt(b); err == nil {
 			_, _, _ = tm.Func(), tm.TaskTag(), tm.LUN()
@@ -333,7 +356,7 @@ func (fakeMR) RKey() uint32 { return 7 }
 // fetches it by RDMA READ first.
 func TestExternalDescriptorTable(t *testing.T) {
 	m, src, tgt, _ := newEnv(t)
-	in, ev := dial(t, m, src, tgt.Addr(), 512, 1<<20)
+	in, ev := dial(t, m, src, tgt, 512, 1<<20)
 	if ev.Type != rdmacm.EventEstablished {
 		t.Fatal(ev.Type)
 	}

@@ -1,9 +1,10 @@
 // Package rdmatarget is what the SRP and iSER targets share below their
-// protocols: the RDMA CM listener and its event loop, a connection's
-// queues, buffers and CQ worker, its teardown, and RDMA READs of
-// data-out through rdma_rw contexts. The protocols keep their wire
-// formats, login and command handling; nothing here puts a byte on the
-// wire of its own.
+// protocols: the RDMA CM listener and its event loop, IB CM listeners
+// by service ID (ibcm.go), a connection's queues, buffers and CQ worker
+// on either connection manager ([Endpoint]), its teardown, and RDMA
+// READs of data-out through rdma_rw contexts. The protocols keep their
+// wire formats, login and command handling; nothing here puts a byte
+// on the wire of its own.
 package rdmatarget
 
 import (
@@ -54,7 +55,40 @@ type Listener struct {
 	wg    sync.WaitGroup
 	// served is closed when Serve returns (nil before Serve runs).
 	served chan struct{}
+	// IB CM listeners (ibcm.go), guarded by mu; ibBusy counts their
+	// handlers at work, which Close waits for before the teardown.
+	ib     []*ibListen
+	closed bool
+	ibBusy sync.WaitGroup
 }
+
+// Endpoint is the connection manager's side of a connection: an RDMA
+// CM ID ([RDMACM]) or an IB CM connection ([IBCMConn]).
+type Endpoint interface {
+	// Device and PD are where the connection's resources go.
+	Device() verbs.Device
+	PD() verbs.PD
+	// CreateQP creates the connection's RC QP; DestroyQP destroys it.
+	CreateQP(pd verbs.PD, attr *verbs.QPInitAttr) (verbs.QP, error)
+	DestroyQP() error
+	// Disconnect moves the QP to ERR and sends a DREQ (or the DREP to
+	// the peer's).
+	Disconnect() error
+	// Destroy releases the connection manager's ID.
+	Destroy() error
+	// SetContext makes the Conn the ID's context.
+	SetContext(ctx any)
+	// Peer names the remote end in logs.
+	Peer() string
+}
+
+// rdmacmEndpoint is an RDMA CM ID as an Endpoint.
+type rdmacmEndpoint struct{ *rdmacm.ID }
+
+func (e rdmacmEndpoint) Peer() string { return e.RemoteAddr().String() }
+
+// RDMACM returns the Endpoint of an RDMA CM connection request.
+func RDMACM(id *rdmacm.ID) Endpoint { return rdmacmEndpoint{id} }
 
 // Listen binds addr on m's devices and listens.
 func (l *Listener) Listen(m *rdmacm.Manager, addr netip.AddrPort) error {
@@ -104,7 +138,7 @@ func (l *Listener) Serve(ctx context.Context, accept func(*rdmacm.Event), backgr
 			accept(ev)
 		case rdmacm.EventEstablished:
 			if c, ok := ev.ID.Context().(*Conn); ok {
-				l.Logf("%s: %s from %v established", l.Prefix, l.Kind, c.ID.RemoteAddr())
+				l.Logf("%s: %s from %v established", l.Prefix, l.Kind, c.EP.Peer())
 			}
 		case rdmacm.EventDisconnected, rdmacm.EventTimewaitExit, rdmacm.EventDeviceRemoval,
 			rdmacm.EventConnectError, rdmacm.EventUnreachable, rdmacm.EventRejected:
@@ -115,11 +149,12 @@ func (l *Listener) Serve(ctx context.Context, accept func(*rdmacm.Event), backgr
 	}
 }
 
-// Close stops the listener and tears every connection down.
+// Close stops the listeners and tears every connection down.
 func (l *Listener) Close() {
 	if l.lis != nil {
 		l.lis.Destroy()
 	}
+	l.closeIB()
 	// Serve must be gone before the teardown: it starts connection
 	// teardowns (WaitGroup.Add) that the Wait below must not race.
 	if l.ch != nil {
@@ -141,6 +176,7 @@ func (l *Listener) Close() {
 		c.Shutdown("target closed")
 	}
 	l.wg.Wait()
+	l.releaseIB()
 }
 
 // Shape sizes a connection's queues and buffers: Recv receive slots of
@@ -170,7 +206,7 @@ type Hooks struct {
 // embeds it; Mu guards Closing and whatever protocol state the
 // protocol puts under it.
 type Conn struct {
-	ID       *rdmacm.ID
+	EP       Endpoint
 	PD       verbs.PD
 	CQ       verbs.CQ
 	QP       verbs.QP
@@ -194,13 +230,14 @@ type Conn struct {
 	reads  map[int]chan verbs.WCStatus
 }
 
-// Setup creates the queues and buffers of a connection on id, posts its
-// receives, starts its CQ worker and makes it id's context and one of
+// Setup creates the queues and buffers of a connection on ep, posts its
+// receives, starts its CQ worker and makes it ep's context and one of
 // l's connections. nexus is what the connection is to the SCSI core
 // (the protocol's connection). On an error it releases what it made
-// (id included).
-func (c *Conn) Setup(l *Listener, id *rdmacm.ID, nexus any, s Shape, h Hooks) (err error) {
-	c.l, c.ID, c.nexus, c.shape, c.hooks = l, id, nexus, s, h
+// (ep included).
+func (c *Conn) Setup(l *Listener, ep Endpoint, nexus any, s Shape, h Hooks) (err error) {
+	id := ep
+	c.l, c.EP, c.nexus, c.shape, c.hooks = l, ep, nexus, s, h
 	c.reads = map[int]chan verbs.WCStatus{}
 	c.SendFree, c.DataFree = make(chan int, s.Send), make(chan int, s.Data)
 	defer func() {
@@ -282,10 +319,10 @@ func (c *Conn) Shutdown(why string) {
 	// after this, so the Add happens before its Wait.
 	c.l.wg.Add(1)
 	c.Mu.Unlock()
-	c.l.Logf("%s: %s from %v down: %s", c.l.Prefix, c.l.Kind, c.ID.RemoteAddr(), why)
+	c.l.Logf("%s: %s from %v down: %s", c.l.Prefix, c.l.Kind, c.EP.Peer(), why)
 	go func() {
 		defer c.l.wg.Done()
-		c.ID.Disconnect()
+		c.EP.Disconnect()
 		<-c.l.SCSI.AbortNexus(c.nexus)
 		if c.QP != nil {
 			c.QP.Drain() // flushes pending RDMA READs: their tasks end
@@ -299,7 +336,7 @@ func (c *Conn) release() {
 	if c.worker != nil {
 		c.worker.Stop()
 	}
-	c.ID.DestroyQP()
+	c.EP.DestroyQP()
 	for _, mr := range []verbs.MR{c.RecvMR, c.SendMR, c.DataMR} {
 		if mr != nil {
 			mr.Dereg()
@@ -308,7 +345,7 @@ func (c *Conn) release() {
 	if c.CQ != nil {
 		c.CQ.Destroy()
 	}
-	c.ID.Destroy()
+	c.EP.Destroy()
 	c.l.mu.Lock()
 	delete(c.l.conns, c)
 	c.l.mu.Unlock()

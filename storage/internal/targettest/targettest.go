@@ -1,6 +1,6 @@
 // Package targettest is the test rig the iSER and SRP target tests
 // share: two Soft-RoCE devices on a loopback network under one RDMA CM
-// manager, a target served for the length of a test, file LUNs, and
+// manager (and their IB CMs), a target served for the length of a test, file LUNs, and
 // the fio-like benchmark patterns. Only tests import it.
 package targettest
 
@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"softib/cm"
 	"softib/rdmacm"
 	"softib/rxe"
 	"softib/storage/scsi"
@@ -22,7 +23,27 @@ import (
 // initiator dials from b. The test's end closes them.
 func Net(t testing.TB, open func(testing.TB, rxe.Config) *rxe.Device) (m *rdmacm.Manager, a, b netip.Addr) {
 	t.Helper()
-	m = rdmacm.NewManager(rdmacm.Config{})
+	return network(t, open, rdmacm.Config{})
+}
+
+// NetIBCM is [Net] that also hands back each device's IB CM (cms[0] is
+// a's, cms[1] b's; cms[i].Port() is its GSI agent), for logins over the
+// IB CM and MAD agents.
+func NetIBCM(t testing.TB, open func(testing.TB, rxe.Config) *rxe.Device) (m *rdmacm.Manager, a, b netip.Addr, cms [2]*cm.CM) {
+	t.Helper()
+	n := 0
+	m, a, b = network(t, open, rdmacm.Config{CM: cm.Config{Attached: func(c *cm.CM, _ *cm.GSI) {
+		if n < 2 {
+			cms[n] = c
+		}
+		n++
+	}}})
+	return m, a, b, cms
+}
+
+func network(t testing.TB, open func(testing.TB, rxe.Config) *rxe.Device, cfg rdmacm.Config) (m *rdmacm.Manager, a, b netip.Addr) {
+	t.Helper()
+	m = rdmacm.NewManager(cfg)
 	t.Cleanup(func() { m.Close() })
 	for _, p := range []*netip.Addr{&a, &b} {
 		d := open(t, rxe.Config{})

@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"softib/tools/devsel"
+	"softib/verbs"
 )
 
 // RunDaemon is `softib lnetd`: it parses flags, starts the node from the
@@ -27,7 +28,7 @@ func RunDaemon(ctx context.Context, args []string, stderr io.Writer) int {
 	jsonLog := fs.Bool("log-json", false, "log in JSON instead of text")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics (LNet NIs, peers, credits, routes; o2ib devices, QPs, CQs) on `host:port` at /metrics")
 	provider := fs.String("provider", "", "verbs `provider` of the o2ib NIs: rxe (softib's Soft-RoCE, the default) or ibverbs (the kernel RDMA device holding the NI address; a build with -tags ibverbs) (default $SOFTIB_PROVIDER)")
-	pcapPath := fs.String("pcap", "", "write the o2ib NIs' RoCE packets to this pcap `file` (socklnd's TCP is not captured: use tcpdump)")
+	pcapPath := fs.String("pcap", "", "write the NIs' traffic to this pcap `file`: o2ib's RoCE packets and socklnd's TCP streams (synthesised IPv4/TCP framing; Wireshark decodes both as LNet)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: softib lnetd [--config lnet.yaml] [--socket PATH]\n\n"+
 			"Runs an LNet node (loopback + tcp) configured from YAML and serves\n"+
@@ -81,6 +82,14 @@ func RunDaemon(ctx context.Context, args []string, stderr io.Writer) int {
 	// o2ib devices opened from here on are captured and published
 	// (tools/devsel's observer; the CLI flushes it when lnetd returns).
 	devsel.SetPcapPath(*pcapPath)
+	if *pcapPath != "" {
+		// Create the file now: a bad path fails here, not at the
+		// first tcp NI.
+		if err := devsel.CaptureConfig(&verbs.DeviceConfig{}); err != nil {
+			fmt.Fprintf(stderr, "lnetd: %v\n", err)
+			return 2
+		}
+	}
 	devsel.SetMetricsAddr(*metricsAddr)
 	defer devsel.FinishObserve() // after the node's devices close (a defer below)
 	exp, err := devsel.StartMetrics()
@@ -145,4 +154,16 @@ wait:
 	srv.Close()
 	os.Remove(*sock)
 	return code
+}
+
+// socklndCapture is the --pcap writer of a tcp NI (nil without --pcap):
+// socklnd's connections share the capture file with the o2ib devices.
+func socklndCapture() io.Writer {
+	var dc verbs.DeviceConfig
+	if err := devsel.CaptureConfig(&dc); err != nil || dc.Capture == nil {
+		// The file was created at start; after FinishObserve no NI
+		// starts.
+		return nil
+	}
+	return dc.Capture
 }

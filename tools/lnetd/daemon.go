@@ -449,6 +449,7 @@ func (d *Daemon) socklndConfig(lt Settings) socklnd.Config {
 	acceptKey, _ := globalTable.lookup("accept")
 	_ = c.SetParam("accept_port", strconv.FormatInt(port, 10))
 	_ = c.SetParam("accept", fmt.Sprint(acceptKey.format(accept)))
+	c.Capture = socklndCapture() // --pcap
 	for _, s := range lt {
 		if s.Name == "accept_port" && s.Value == 0 {
 			continue // 0: the global port

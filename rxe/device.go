@@ -611,6 +611,7 @@ type packet struct {
 	buf  [pktBufSize]byte
 	n    int
 	addr netip.AddrPort // source (received) or destination (sent)
+	cls  ipClass        // sent: IP traffic class and hop limit (tclass.go)
 
 	op  roce.Opcode
 	hdr int // BTH + extension headers

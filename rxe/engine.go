@@ -103,6 +103,7 @@ func (q *QP) newPacket(op roce.Opcode, psn seqnum.PSN, dqpn uint32, size int, ds
 	hl := op.HeaderLen()
 	pad := -size & 3
 	p.op, p.hdr, p.pay, p.psn, p.addr = op, hl, size, psn, dst
+	p.cls = routeClass(&q.attr.AH.GRH) // tclass.go; UD requests take their AH's
 	p.n = hl + size + pad + roce.ICRCSize
 	roce.BTH(p.buf[:roce.BTHSize]).Encode(&roce.BTHFields{
 		Opcode: op, SE: se, PadCnt: uint8(pad), PKey: DefaultPKey,

@@ -219,6 +219,7 @@ type AH struct {
 	pd   *PD
 	attr verbs.AHAttr
 	dst  netip.AddrPort
+	cls  ipClass // tclass.go
 	dead atomic.Bool
 }
 
@@ -239,7 +240,7 @@ func (pd *PD) CreateAH(attr *verbs.AHAttr) (verbs.AH, error) {
 		return nil, fmt.Errorf("rxe: create AH: %d AHs: %w", MaxAH, verbs.ErrResourceLimit)
 	}
 	pd.users.Add(1)
-	return &AH{pd: pd, attr: *attr, dst: dst}, nil
+	return &AH{pd: pd, attr: *attr, dst: dst, cls: routeClass(&attr.GRH)}, nil
 }
 
 // Attr returns the address vector.

@@ -116,7 +116,7 @@ func (q *QP) postOne(wr *verbs.SendWR) error {
 	w.rqpn, w.rqkey = wr.RemoteQPN&seqnum.Mask, wr.RemoteQKey
 	w.reg, w.bind = wr.Reg, wr.BindMW
 	if ah != nil {
-		w.dst = ah.dst
+		w.dst, w.cls = ah.dst, ah.cls
 	}
 	w.length = uint32(length)
 	w.sgl = append(w.sgl[:0], wr.SGL...)

@@ -32,6 +32,7 @@ type sendWQE struct {
 	cmpAdd  uint64
 	swap    uint64
 	dst     netip.AddrPort // UD destination
+	cls     ipClass        // UD: the AH's traffic class and hop limit
 	rqpn    uint32
 	rqkey   uint32
 	length  uint32
@@ -300,6 +301,9 @@ func (r *requester) sendPacket(w *sendWQE, psn seqnum.PSN, now int64) {
 	}
 	se := last && w.flags&verbs.SendSolicited != 0 && (w.isSend() || w.opcode == verbs.WRRDMAWriteWithImm)
 	p, pay := q.newPacket(op, psn, dqpn, int(size), dst, ackReq, se)
+	if q.typ == verbs.QPTypeUD || q.typ == verbs.QPTypeGSI {
+		p.cls = w.cls
+	}
 	info := op.Info()
 	if o := info.Offset(roce.HdrRETH); o >= 0 {
 		reth := roce.RETH(p.buf[o:])

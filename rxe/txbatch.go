@@ -77,7 +77,7 @@ func (t *txBatch) flush(q *QP) {
 // fill appends the batch's datagrams to msgs.
 func (t *txBatch) fill(msgs []udp.Message) []udp.Message {
 	for _, p := range t.pkts {
-		msgs = append(msgs, udp.Message{Buf: p.buf[:p.n], N: p.n, Addr: p.addr})
+		msgs = append(msgs, udp.Message{Buf: p.buf[:p.n], N: p.n, Addr: p.addr, TOS: p.cls.tos, TTL: p.cls.ttl})
 	}
 	return msgs
 }

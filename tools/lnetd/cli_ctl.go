@@ -278,7 +278,7 @@ func (c *ctl) net(ctx context.Context, action string, args []string) int {
 		pc := fs.Int("peer-credits", -1, "credits per peer")
 		pbc := fs.Int("peer-buffer-credits", -1, "router buffer credits per peer")
 		cr := fs.Int("credits", -1, "NI credits")
-		cpp := fs.Int("conns-per-peer", -1, "connections per peer (socklnd)")
+		cpp := fs.Int("conns-per-peer", -1, "connections per peer (socklnd, o2iblnd)")
 		port := fs.Int("accept-port", -1, "acceptor port of this NI (softib)")
 		cpt := fs.String("cpt", "", "CPT list (stored)")
 		if _, err := parseInterleaved(fs, args); err != nil {

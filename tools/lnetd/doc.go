@@ -64,8 +64,9 @@
 // softib's CM, not a kernel TCP port: no root is needed. "tunables:"
 // peer_credits and credits apply as for tcp; of the lnd tunables,
 // service, peercredits_hiw, concurrent_sends, ntx, fmr_pool_size (the MR
-// cache size), timeout, keepalive (0: none), retry_count and
-// rnr_retry_count map onto o2iblnd.Config; the others are stored and
+// cache size), timeout, keepalive (0: none), retry_count,
+// rnr_retry_count and conns_per_peer (RC connections per peer) map onto
+// o2iblnd.Config; the others are stored and
 // exported only. Deleting the net or stopping lnetd closes the NI, then
 // the RDMA CM and the device.
 //

@@ -106,9 +106,10 @@ func openKernelO2IB(provider string, addr netip.Addr, lt Settings) (o2iblnd.Conf
 }
 
 // o2ibConfig maps the o2ib "lnd tunables" set in the file onto
-// o2iblnd.Config (ko2iblnd names). Keys o2iblnd has no knob for
-// (map_on_demand, fmr_flush_trigger, fmr_cache, wrq_sge, ib_mtu,
-// conns_per_peer beyond the core's) are stored and exported only.
+// o2iblnd.Config (ko2iblnd names). conns_per_peer reaches o2iblnd
+// through the NI's lnd.Tunables.ConnsPerPeer (as socklnd's does). Keys
+// o2iblnd has no knob for (map_on_demand, fmr_flush_trigger, fmr_cache,
+// wrq_sge, ib_mtu) are stored and exported only.
 func o2ibConfig(lt Settings) o2iblnd.Config {
 	var c o2iblnd.Config
 	for _, s := range lt {

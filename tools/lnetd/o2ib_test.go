@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"softib/lnet/o2iblnd"
+	"softib/wire/lnetwire"
 )
 
 // o2ibNodeYAML is a test node with a tcp and an o2ib NI on one address.
@@ -32,6 +33,18 @@ global:
     accept: all
     transaction_timeout: 20
 `, ip, port, lndTunables)
+}
+
+// o2ibNID returns the NID of d's o2ib NI.
+func (d *Daemon) o2ibNID(t *testing.T) lnetwire.NID {
+	t.Helper()
+	for _, n := range d.in.Nets() {
+		if n.NID.Net().Type() == lnetwire.O2IBLND {
+			return n.NID
+		}
+	}
+	t.Fatal("no o2ib NI")
+	return 0
 }
 
 // startO2IBInproc starts an in-process daemon with tcp and o2ib NIs.
@@ -101,7 +114,7 @@ func TestO2IBConfigParses(t *testing.T) {
 // and re-adding the net closes and reopens the device (UDP 4791 freed).
 func TestO2IBDaemon(t *testing.T) {
 	port := freePort(t)
-	a := startO2IBInproc(t, testIP(), port, "              peercredits_hiw: 8\n              concurrent_sends: 16\n")
+	a := startO2IBInproc(t, testIP(), port, "              peercredits_hiw: 8\n              concurrent_sends: 16\n              conns_per_peer: 2\n")
 	b := startO2IBInproc(t, testIP(), port, "              ntx: 256\n")
 	bIB := b.ip + "@o2ib"
 
@@ -125,7 +138,7 @@ func TestO2IBDaemon(t *testing.T) {
 	if drv == nil {
 		t.Fatal("no o2iblnd driver for A's o2ib NI")
 	}
-	if c := drv.Config(); c.PeerCredits != 16 || c.PeerCreditsHiw != 8 || c.Service != o2iblnd.DefaultService {
+	if c := drv.Config(); c.PeerCredits != 16 || c.PeerCreditsHiw != 8 || c.Service != o2iblnd.DefaultService || c.ConnsPerPeer != 2 {
 		t.Errorf("driver config %+v", c)
 	}
 
@@ -133,6 +146,10 @@ func TestO2IBDaemon(t *testing.T) {
 	if !strings.Contains(out, bIB) {
 		t.Errorf("ping %s:\n%s", bIB, out)
 	}
+	// conns_per_peer 2: A opened two connections (QPs) to B; the ping
+	// went on the first one up, the second may still be connecting.
+	bNID := b.d.o2ibNID(t)
+	waitUntil(t, "A's second o2ib connection to B", func() bool { return drv.Conns(bNID) == 2 })
 	for i, size := range []int{1, 4096, 300000, 1 << 20} {
 		slot := fmt.Sprint(i % 4)
 		put := ctlDoc(t, a.sock, "test", "put", "--nid", bIB, "--size", fmt.Sprint(size), "--bits", slot, "--seed", fmt.Sprint(7+i))
@@ -161,10 +178,13 @@ func TestO2IBDaemon(t *testing.T) {
 		} else {
 			c.Close()
 		}
-		ctlOK(t, n.sock, "net", "add", "--net", "o2ib", "--if", n.ip)
+		ctlOK(t, n.sock, "net", "add", "--net", "o2ib", "--if", n.ip, "--conns-per-peer", "3")
 	}
 	ctlOK(t, a.sock, "ping", bIB)
 	ctlOK(t, b.sock, "ping", a.ip+"@o2ib")
+	if c := a.d.o2ib.Driver(a.d.o2ibNID(t)).Config(); c.ConnsPerPeer != 3 {
+		t.Errorf("net add --conns-per-peer 3: driver runs with %d", c.ConnsPerPeer)
+	}
 	// A second o2ib net on the same address cannot get the port.
 	if code, _, errs := ctlRun(t, b.sock, "net", "add", "--net", "o2ib1", "--if", b.ip); code != 1 || !strings.Contains(errs, "4791") {
 		t.Errorf("o2ib1 on a taken address: %d %s", code, errs)

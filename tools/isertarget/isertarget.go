@@ -36,7 +36,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) int {
 		New: func(addr netip.AddrPort, m *rdmacm.Manager, st *scsi.Target, logf func(string, ...any)) (targetcmd.Target, error) {
 			return iser.NewTarget(iser.Config{IQN: *iqn, Addr: addr, Window: *window, NoDiscovery: *noDisc, Logf: logf}, m, st)
 		},
-		Banner: func(addr netip.AddrPort, luns int) string {
+		Banner: func(_ targetcmd.Target, addr netip.AddrPort, luns int, _ bool) string {
 			return fmt.Sprintf("%s on %v (RDMA CM), %d LUN(s)", *iqn, addr, luns)
 		},
 	}

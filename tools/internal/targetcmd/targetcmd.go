@@ -17,6 +17,7 @@ import (
 	"strings"
 	"syscall"
 
+	"softib/cm"
 	"softib/rdmacm"
 	"softib/rxe"
 	"softib/storage/scsi"
@@ -47,8 +48,15 @@ type Command struct {
 	// New makes the target listening at addr on m for st's LUNs; logf
 	// is nil without -v. Its error is a usage error (exit code 2).
 	New func(addr netip.AddrPort, m *rdmacm.Manager, st *scsi.Target, logf func(string, ...any)) (Target, error)
-	// Banner is the line printed once the target listens.
-	Banner func(addr netip.AddrPort, luns int) string
+	// IBCM, if set, makes the target listen on the IB CM of the
+	// device too (and register its MAD agents on the device's QP1);
+	// it runs after Listen. Only softib's own devices (provider rxe)
+	// have a QP1 of softib's: with a kernel device the kernel owns it,
+	// and the command says the target runs without.
+	IBCM func(tgt Target, c *cm.CM) error
+	// Banner is the line printed once the target listens; ibcm says
+	// whether IBCM ran.
+	Banner func(tgt Target, addr netip.AddrPort, luns int, ibcm bool) string
 }
 
 type lunList []string
@@ -120,7 +128,10 @@ func (c *Command) Run(ctx context.Context, args []string, stderr io.Writer) int 
 		return 1
 	}
 	defer dev.Close()
-	m := rdmacm.NewManager(rdmacm.Config{})
+	// The IB CMs softib attaches to its devices' QP1 (none for kernel
+	// devices), for the target's IB CM listener and MAD agents.
+	var cms []*cm.CM
+	m := rdmacm.NewManager(rdmacm.Config{CM: cm.Config{Attached: func(c *cm.CM, _ *cm.GSI) { cms = append(cms, c) }}})
 	defer m.Close()
 	if err := m.AddDevice(dev); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", c.Name, err)
@@ -138,11 +149,24 @@ func (c *Command) Run(ctx context.Context, args []string, stderr io.Writer) int 
 	}
 	if err := tgt.Listen(); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", c.Name, err)
+		tgt.Close()
 		return 1
+	}
+	if c.IBCM != nil {
+		if len(cms) == 0 {
+			fmt.Fprintf(stderr, "%s: no IB CM login or DM agent on a %s device: the kernel owns its QP1 (RDMA CM only)\n", c.Name, prov)
+		}
+		for _, x := range cms {
+			if err := c.IBCM(tgt, x); err != nil {
+				fmt.Fprintf(stderr, "%s: %v\n", c.Name, err)
+				tgt.Close()
+				return 1
+			}
+		}
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	fmt.Fprintf(stderr, "%s: %s\n", c.Name, c.Banner(at, len(luns)))
+	fmt.Fprintf(stderr, "%s: %s\n", c.Name, c.Banner(tgt, at, len(luns), c.IBCM != nil && len(cms) > 0))
 	err = tgt.Serve(ctx)
 	tgt.Close()
 	if err != nil {

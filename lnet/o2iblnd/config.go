@@ -24,6 +24,7 @@ const (
 	DefaultPeerTimeout    = 180 * time.Second
 	DefaultConnsPerPeer   = 1               // conns_per_peer
 	MaxConnsPerPeer       = 127             // lnetctl's limit for conns_per_peer
+	DefaultWrqSGE         = 16              // wrq_sge: SGEs per RDMA WRITE
 	DefaultResolveTimeout = 5 * time.Second // address/route resolution
 )
 
@@ -103,6 +104,11 @@ type Config struct {
 	// the peer has none, and the passive side accepts however many the
 	// peer opens (it opens none of its own while one is up).
 	ConnsPerPeer int
+	// WrqSGE is the most source pieces one RDMA WRITE gathers (wrq_sge;
+	// ko2iblnd's default is 2, softib's 0 means DefaultWrqSGE), capped by
+	// the device's max_sge: a source of many fragments (pages) moves in
+	// few work requests. Local only: nothing on the wire depends on it.
+	WrqSGE int
 }
 
 // withDefaults returns c with zero fields replaced by the Lustre defaults
@@ -148,6 +154,9 @@ func (c Config) withDefaults(peerCredits int) Config {
 	}
 	if c.ConnsPerPeer == 0 {
 		c.ConnsPerPeer = DefaultConnsPerPeer
+	}
+	if c.WrqSGE <= 0 {
+		c.WrqSGE = DefaultWrqSGE
 	}
 	if c.MaxFrags <= 0 || c.MaxFrags > lnetwire.KibMaxRDMAFrags {
 		c.MaxFrags = lnetwire.KibMaxRDMAFrags

@@ -138,7 +138,7 @@ func (c *conn) setup(id *rdmacm.ID) error {
 	}
 	c.cq = cq
 	qp, err := id.CreateQP(d.pd, &verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq,
-		Cap: verbs.QPCap{MaxSendWR: sq, MaxRecvWR: nrx, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		Cap: verbs.QPCap{MaxSendWR: sq, MaxRecvWR: nrx, MaxSendSGE: d.wrqSGE, MaxRecvSGE: 1}})
 	if err != nil {
 		return err
 	}

@@ -149,6 +149,8 @@ type Driver struct {
 	txs    *txPool
 	mrs    *mrCache
 	bounce *bouncePool
+	// wrqSGE is Config.WrqSGE capped by the device's max_sge.
+	wrqSGE int
 	// noFastReg is set once the provider turned fast registration down
 	// (ErrNotSupported): sinks go straight to the bounce pool.
 	noFastReg atomic.Bool
@@ -254,6 +256,7 @@ func (l *LND) Startup(ni *lnd.NI) (lnd.Driver, error) {
 	if d.dev == nil || d.pd == nil {
 		return fail(fmt.Errorf("o2iblnd: no RDMA device for %v: %w", d.addr, rdmacm.ErrNoDevice))
 	}
+	d.wrqSGE = max(1, min(cfg.WrqSGE, d.dev.Query().MaxSGE))
 	if d.txs, err = newTxPool(d.pd, cfg.NTx); err != nil {
 		return fail(err)
 	}

@@ -44,7 +44,10 @@ type tx struct {
 
 	wrs    []verbs.SendWR // RDMA WRITEs then the message SEND
 	sges   []verbs.SGE    // source pieces
-	wsges  []verbs.SGE    // one per RDMA WRITE
+	wsges  []verbs.SGE    // the RDMA WRITEs' gather lists, one after the other
+	// wsgeEnd[i] is where WRITE i's SGEs end in wsges (while building:
+	// the last one's end so far).
+	wsgeEnd []int
 	msgSGL [1]verbs.SGE   // the message SEND's SGL
 	frags  []lnetwire.KibRDMAFrag
 	mrs    []*mrEntry // registrations held for this tx
@@ -114,6 +117,7 @@ func (p *txPool) put(t *tx) {
 	t.wrs = t.wrs[:0]
 	t.sges = t.sges[:0]
 	t.wsges = t.wsges[:0]
+	t.wsgeEnd = t.wsgeEnd[:0]
 	t.frags = t.frags[:0]
 	t.rdFrags = t.rdFrags[:0]
 	t.sink = lnd.IOV{}
@@ -294,6 +298,14 @@ func (p *bouncePool) close() {
 	p.all, p.free = nil, nil
 }
 
+// wsgeStart returns where the RDMA WRITE being built starts in t.wsges.
+func (t *tx) wsgeStart() int {
+	if n := len(t.wsgeEnd); n > 1 {
+		return t.wsgeEnd[n-2]
+	}
+	return 0
+}
+
 // walkFrags calls fn with each (fragment, offset, length) piece of v.
 func walkFrags(v lnd.IOV, fn func(f []byte, off, n int) bool) {
 	skip, left := v.Offset, v.Len
@@ -456,18 +468,25 @@ func (d *Driver) initRDMA(t *tx, src lnd.IOV) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	// Split pieces at sink fragment boundaries: each WR gets one SGE.
+	// Cut the pieces along the sink's fragments (kiblnd_init_rdma): one
+	// RDMA WRITE per sink fragment, gathering up to wrqSGE source pieces;
+	// a WRITE that would need more goes on in a next one.
+	t.wsgeEnd = t.wsgeEnd[:0]
 	si, soff := 0, 0 // current source SGE and offset in it
 	for _, f := range t.rdFrags {
 		foff := 0
 		for foff < int(f.Nob) && si < len(t.sges) {
+			if len(t.wsgeEnd) == 0 || foff == 0 || len(t.wsges)-t.wsgeStart() >= max(d.wrqSGE, 1) {
+				t.wrs = append(t.wrs, verbs.SendWR{
+					ID: wridRDMA | uint64(t.idx), Opcode: verbs.WRRDMAWrite,
+					RemoteAddr: f.Addr + uint64(foff), RKey: t.rdKey,
+				})
+				t.wsgeEnd = append(t.wsgeEnd, len(t.wsges))
+			}
 			s := t.sges[si]
 			n := min(int(s.Length)-soff, int(f.Nob)-foff)
 			t.wsges = append(t.wsges, verbs.SGE{Addr: s.Addr + uint64(soff), Length: uint32(n), LKey: s.LKey})
-			t.wrs = append(t.wrs, verbs.SendWR{
-				ID: wridRDMA | uint64(t.idx), Opcode: verbs.WRRDMAWrite,
-				RemoteAddr: f.Addr + uint64(foff), RKey: t.rdKey,
-			})
+			t.wsgeEnd[len(t.wsgeEnd)-1] = len(t.wsges)
 			foff += n
 			soff += n
 			if soff == int(s.Length) {
@@ -475,8 +494,10 @@ func (d *Driver) initRDMA(t *tx, src lnd.IOV) (int, error) {
 			}
 		}
 	}
-	for i := range t.wrs {
-		t.wrs[i].SGL = t.wsges[i : i+1]
+	start := 0
+	for i, end := range t.wsgeEnd {
+		t.wrs[i].SGL = t.wsges[start:end:end]
+		start = end
 	}
 	return src.Len, nil
 }

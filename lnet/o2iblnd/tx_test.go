@@ -1,6 +1,7 @@
 package o2iblnd
 
 import (
+	"slices"
 	"testing"
 
 	"softib/internal/testaddr"
@@ -100,29 +101,55 @@ func TestMapSinkAndRDMA(t *testing.T) {
 	if string(a[5:])+string(b[:5]) != "0123456789" {
 		t.Fatalf("bounce copy-out: %q %q", a, b)
 	}
-	// RDMA WRITEs split at source and sink fragment boundaries.
-	src := lnd.IOV{Frags: [][]byte{make([]byte, 3000), make([]byte, 3000)}, Len: 6000}
-	tx3 := &tx{idx: 7, rdKey: 0x99, rdFrags: []lnetwire.KibRDMAFrag{{Nob: 2000, Addr: 0x10000}, {Nob: 5000, Addr: 0x20000}}}
-	n, err := d.initRDMA(tx3, src)
-	if err != nil || n != 6000 {
-		t.Fatal(n, err)
-	}
-	want := []struct {
+	// RDMA WRITEs: one per sink fragment, gathering up to wrq_sge source
+	// pieces (cut at both boundaries); more pieces go on in a next WRITE.
+	type piece struct {
 		raddr uint64
-		n     uint32
-	}{{0x10000, 2000}, {0x20000, 1000}, {0x20000 + 1000, 3000}}
-	if len(tx3.wrs) != len(want) {
-		t.Fatalf("%d WRs: %+v", len(tx3.wrs), tx3.wrs)
+		sges  []uint32
 	}
-	for i, w := range want {
-		wr := tx3.wrs[i]
-		if wr.RemoteAddr != w.raddr || wr.SGL[0].Length != w.n || wr.RKey != 0x99 || wr.Opcode != verbs.WRRDMAWrite ||
-			wr.ID != wridRDMA|7 || wr.Flags&verbs.SendSignaled != 0 {
-			t.Fatalf("WR %d: %+v", i, wr)
+	src := lnd.IOV{Frags: [][]byte{make([]byte, 3000), make([]byte, 3000)}, Len: 6000}
+	pages := lnd.IOV{Len: 5 * 1000}
+	for range 5 {
+		pages.Frags = append(pages.Frags, make([]byte, 1000))
+	}
+	for _, tc := range []struct {
+		wrqSGE int
+		src    lnd.IOV
+		rd     []lnetwire.KibRDMAFrag
+		want   []piece
+	}{
+		{1, src, []lnetwire.KibRDMAFrag{{Nob: 2000, Addr: 0x10000}, {Nob: 5000, Addr: 0x20000}},
+			[]piece{{0x10000, []uint32{2000}}, {0x20000, []uint32{1000}}, {0x20000 + 1000, []uint32{3000}}}},
+		{2, src, []lnetwire.KibRDMAFrag{{Nob: 2000, Addr: 0x10000}, {Nob: 5000, Addr: 0x20000}},
+			[]piece{{0x10000, []uint32{2000}}, {0x20000, []uint32{1000, 3000}}}},
+		{2, pages, []lnetwire.KibRDMAFrag{{Nob: 5000, Addr: 0x30000}},
+			[]piece{{0x30000, []uint32{1000, 1000}}, {0x30000 + 2000, []uint32{1000, 1000}}, {0x30000 + 4000, []uint32{1000}}}},
+		{16, pages, []lnetwire.KibRDMAFrag{{Nob: 5000, Addr: 0x30000}},
+			[]piece{{0x30000, []uint32{1000, 1000, 1000, 1000, 1000}}}},
+	} {
+		d.wrqSGE = tc.wrqSGE
+		tx3 := &tx{idx: 7, rdKey: 0x99, rdFrags: tc.rd}
+		n, err := d.initRDMA(tx3, tc.src)
+		if err != nil || n != tc.src.Len {
+			t.Fatal(n, err)
 		}
+		if len(tx3.wrs) != len(tc.want) {
+			t.Fatalf("wrq_sge %d: %d WRs: %+v", tc.wrqSGE, len(tx3.wrs), tx3.wrs)
+		}
+		for i, w := range tc.want {
+			wr := tx3.wrs[i]
+			var lens []uint32
+			for _, g := range wr.SGL {
+				lens = append(lens, g.Length)
+			}
+			if wr.RemoteAddr != w.raddr || !slices.Equal(lens, w.sges) || wr.RKey != 0x99 || wr.Opcode != verbs.WRRDMAWrite ||
+				wr.ID != wridRDMA|7 || wr.Flags&verbs.SendSignaled != 0 {
+				t.Fatalf("wrq_sge %d: WR %d: %+v, want %+v", tc.wrqSGE, i, wr, w)
+			}
+		}
+		d.unmap(tx3, false)
 	}
 	if _, err := d.initRDMA(&tx{rdFrags: []lnetwire.KibRDMAFrag{{Nob: 10}}}, src); err == nil {
 		t.Fatal("source larger than the sink accepted")
 	}
-	d.unmap(tx3, false)
 }

@@ -42,15 +42,15 @@ type tx struct {
 	active   bool // in conn.active
 	deadline time.Time
 
-	wrs    []verbs.SendWR // RDMA WRITEs then the message SEND
-	sges   []verbs.SGE    // source pieces
-	wsges  []verbs.SGE    // the RDMA WRITEs' gather lists, one after the other
+	wrs   []verbs.SendWR // RDMA WRITEs then the message SEND
+	sges  []verbs.SGE    // source pieces
+	wsges []verbs.SGE    // the RDMA WRITEs' gather lists, one after the other
 	// wsgeEnd[i] is where WRITE i's SGEs end in wsges (while building:
 	// the last one's end so far).
 	wsgeEnd []int
-	msgSGL [1]verbs.SGE   // the message SEND's SGL
-	frags  []lnetwire.KibRDMAFrag
-	mrs    []*mrEntry // registrations held for this tx
+	msgSGL  [1]verbs.SGE // the message SEND's SGL
+	frags   []lnetwire.KibRDMAFrag
+	mrs     []*mrEntry // registrations held for this tx
 	// bounce is a registered staging buffer for a sink spanning several
 	// fragments (one rkey must cover the whole descriptor); sink is where
 	// its bytes go when the RDMA is done.

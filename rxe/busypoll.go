@@ -1,6 +1,10 @@
 package rxe
 
-import "softib/udp"
+import (
+	"sync/atomic"
+
+	"softib/udp"
+)
 
 // Poll-driven receive. On a socket that allows non-blocking reads
 // (pollSock: a Linux *udp.Socket, with or without GRO), reading the
@@ -56,13 +60,14 @@ type rxPollState struct {
 	woken bool  // the callback runs after a netpoller wakeup
 }
 
-// rxLoopPoll is the receive goroutine on a pollSock.
-func (d *Device) rxLoopPoll() {
-	st := &d.rxState
-	ready := d.rxReady // one method value: no allocation per wait
+// rxLoopPoll is the shard's receive goroutine on a pollSock.
+func (s *rxShard) rxLoopPoll() {
+	d := s.d
+	st := &s.st
+	ready := s.rxReady // one method value: no allocation per wait
 	for {
 		st.got, st.taken, st.err, st.woken = 0, false, nil, false
-		if err := d.sr.Wait(ready); err != nil {
+		if err := s.sr.Wait(ready); err != nil {
 			d.linkDown()
 			return
 		}
@@ -70,21 +75,21 @@ func (d *Device) rxLoopPoll() {
 			// A poller has the token: take it after the poller and
 			// read what it may have left, since the edge that woke us
 			// is spent.
-			d.rxTok.Lock()
-			st.got, st.err = d.sr.TryRead(d.rb.msgs)
+			s.tok.Lock()
+			st.got, st.err = s.sr.TryRead(s.rb.msgs)
 		}
 		// The token is held here.
 		if st.err != nil {
-			d.rxTok.Unlock()
+			s.tok.Unlock()
 			d.linkDown()
 			return
 		}
 		d.flushDeferred()
 		if st.got > 0 {
-			d.queueBatch(d.rb, st.got)
-			d.runBatch(d.rb, st.got, sendYield)
+			s.queueBatch(s.rb, st.got)
+			d.runBatch(s.rb, st.got, sendYield)
 		}
-		d.rxTok.Unlock()
+		s.tok.Unlock()
 	}
 }
 
@@ -92,9 +97,9 @@ func (d *Device) rxLoopPoll() {
 // reads without blocking and keeps the token if it got datagrams (or an
 // error); an empty socket with nothing pending (ReadNow returned 0)
 // gives the token back and parks.
-func (d *Device) rxReady() bool {
-	st := &d.rxState
-	if !d.rxTok.TryLock() {
+func (s *rxShard) rxReady() bool {
+	st := &s.st
+	if !s.tok.TryLock() {
 		st.taken = true
 		return true
 	}
@@ -106,9 +111,9 @@ func (d *Device) rxReady() bool {
 	var n int
 	var err error
 	if st.woken {
-		n, err = d.sr.ReadNowOne(d.rb.msgs)
+		n, err = s.sr.ReadNowOne(s.rb.msgs)
 	} else {
-		n, err = d.sr.ReadNow(d.rb.msgs)
+		n, err = s.sr.ReadNow(s.rb.msgs)
 	}
 	st.woken = true
 	if err != nil {
@@ -116,34 +121,69 @@ func (d *Device) rxReady() bool {
 		return true
 	}
 	if n == 0 {
-		d.rxTok.Unlock()
+		s.tok.Unlock()
 		return false
 	}
 	st.got = n
 	return true
 }
 
-// pollRx is a CQ poller's receive step (see above): one read, then the
-// segments a GRO read left pending. It reports whether it received
-// anything.
-func (d *Device) pollRx() bool {
-	if !d.rxTok.TryLock() {
+// pollRx is a CQ poller's receive step on the shard (see above): one
+// read, then the segments a GRO read left pending. It reports whether it
+// received anything.
+func (s *rxShard) pollRx() bool {
+	if !s.tok.TryLock() {
 		return false
 	}
+	d := s.d
 	got := false
 	for {
 		// Errors are left to the receive goroutine, which reports them.
-		n, _ := d.sr.TryRead(d.rb.msgs)
+		n, _ := s.sr.TryRead(s.rb.msgs)
 		if n > 0 {
 			got = true
 			d.stats.PollRxBatches.Inc()
-			d.queueBatch(d.rb, n)
-			d.runBatch(d.rb, n, sendDefer)
+			s.queueBatch(s.rb, n)
+			d.runBatch(s.rb, n, sendDefer)
 		}
-		if n == 0 || !d.sr.Pending() {
+		if n == 0 || !s.sr.Pending() {
 			break
 		}
 	}
-	d.rxTok.Unlock()
+	s.tok.Unlock()
 	return got
+}
+
+// cqPoll is a CQ's state for the device's poll hook.
+type cqPoll struct {
+	empties atomic.Int32 // empty Polls in a row (spin detection)
+	// shard is the index in Device.pollShards of the shard whose read
+	// last brought this CQ a completion: the next empty Poll reads it
+	// first (a CQ's QPs usually sit on one shard).
+	shard atomic.Int32
+}
+
+// pollEmpty is the device hook an empty CQ.Poll calls: it sends the
+// responses deferred for the application's post, and when the
+// application is spinning (Config.PollRxAfter; at once in busy-poll
+// mode) it reads the receive shards itself, the CQ's last useful shard
+// first, until one brings the CQ a completion. It reports whether the CQ
+// should be polled again.
+func (d *Device) pollEmpty(cq *CQ) bool {
+	d.flushDeferred()
+	n := len(d.pollShards)
+	if n == 0 || cq.rx.empties.Add(1) <= d.spinPolls {
+		return false
+	}
+	h := int(cq.rx.shard.Load())
+	for i := range n {
+		k := (h + i) % n
+		if d.pollShards[k].pollRx() && cq.nonEmpty() {
+			if k != h {
+				cq.rx.shard.Store(int32(k))
+			}
+			return true
+		}
+	}
+	return false
 }

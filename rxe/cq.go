@@ -29,7 +29,7 @@ type CQ struct {
 	overrun  bool
 	dead     bool
 	users    atomic.Int32 // QPs using the CQ
-	empties  atomic.Int32 // empty Polls in a row (spin detection)
+	rx       cqPoll       // the device's poll hook state (busypoll.go)
 	waitCond *sync.Cond   // signalled on every push (for tests and Drain)
 }
 
@@ -159,26 +159,28 @@ func (cq *CQ) grow(size int) {
 	cq.ring, cq.head = r, 0
 }
 
-// Poll moves up to len(wcs) completions into wcs. A Poll that finds the
-// CQ empty sends the responses the device deferred for the application
-// (see QP.unlockAndSend); in busy-poll mode, or when the application has
-// been spinning on Poll (Config.PollRxAfter), it then receives from the
-// device socket itself, if no other goroutine is (see busypoll.go).
+// Poll moves up to len(wcs) completions into wcs. The CQ is a store of
+// completions; a Poll that finds it empty calls the device's hook
+// (Device.pollEmpty, busypoll.go), which sends the responses the device
+// deferred for the application and, in busy-poll mode or when the
+// application has been spinning on Poll (Config.PollRxAfter), receives
+// from the device's sockets itself.
 func (cq *CQ) Poll(wcs []verbs.WC) (int, error) {
 	n, err := cq.poll(wcs)
-	if n == 0 && err == nil && len(wcs) > 0 {
-		// The application has taken what woke it: responses deferred
-		// for its post can go now.
-		d := cq.dev
-		d.flushDeferred()
-		if d.sr != nil && cq.empties.Add(1) > d.spinPolls && d.pollRx() {
-			n, err = cq.poll(wcs)
-		}
+	if n == 0 && err == nil && len(wcs) > 0 && cq.dev.pollEmpty(cq) {
+		n, err = cq.poll(wcs)
 	}
-	if n > 0 && cq.empties.Load() != 0 {
-		cq.empties.Store(0)
+	if n > 0 && cq.rx.empties.Load() != 0 {
+		cq.rx.empties.Store(0)
 	}
 	return n, err
+}
+
+// nonEmpty reports whether completions are queued.
+func (cq *CQ) nonEmpty() bool {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	return cq.n > 0 || cq.overrun || cq.dead
 }
 
 func (cq *CQ) poll(wcs []verbs.WC) (int, error) {
@@ -206,7 +208,7 @@ func (cq *CQ) poll(wcs []verbs.WC) (int, error) {
 // to sleep, so deferred responses go now.
 func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 	cq.dev.flushDeferred()
-	cq.empties.Store(0) // the waiter is about to sleep, not spin
+	cq.rx.empties.Store(0) // the waiter is about to sleep, not spin
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	if cq.dead {

@@ -76,22 +76,17 @@ type Device struct {
 	mtu   verbs.MTU
 	keys  keyTable
 	pool  sync.Pool // *packet
-	// rxEncap caches the ICRC template of the last source (receive
-	// goroutine only, or in busy-poll mode the receive token holder).
-	rxEncap encapCache
 	// sports are the send-only sockets of the QPs' source ports (sport.go).
 	sports sportTable
 	// mcast are the multicast groups QPs are attached to (mcast.go).
 	mcast mcastTable
 
-	// Busy-poll receive (busypoll.go); sr is nil when off. rxTok is the
-	// receive token, which guards rb; rxState is the receive
-	// goroutine's.
-	sr        pollSock
-	spinPolls int32 // empty Polls in a row before Poll reads sr (0: busy-poll)
-	rxTok     sync.Mutex
-	rb        *rxBatch
-	rxState   rxPollState
+	// shards are the receive sockets (shard.go); shards[0].conn is conn.
+	// pollShards are those with a udp.Reader, which CQ pollers read
+	// (busypoll.go).
+	shards     []*rxShard
+	pollShards []*rxShard
+	spinPolls  int32 // empty Polls in a row before Poll reads a shard (0: busy-poll)
 
 	// QPs whose responses wait for the application's post (see
 	// QP.unlockAndSend); nDeferred mirrors len(deferred) for a lock-free
@@ -116,7 +111,6 @@ type Device struct {
 	events chan verbs.AsyncEvent
 	evMu   sync.Mutex
 	closed atomic.Bool
-	rxDone chan struct{}
 	qpWG   sync.WaitGroup
 
 	stats   Stats
@@ -128,12 +122,11 @@ var _ verbs.Device = (*Device)(nil)
 // Open opens a Soft-RoCE device.
 func Open(cfg Config) (verbs.Device, error) {
 	c := cfg.withDefaults()
-	conn := c.Conn
-	if conn == nil {
+	var uc udp.Config
+	if c.Conn == nil {
 		if !c.Addr.IsValid() {
 			return nil, fmt.Errorf("rxe: open: Addr is required: %w", verbs.ErrInvalidArgument)
 		}
-		var uc udp.Config
 		if c.UDP != nil {
 			uc = *c.UDP
 		}
@@ -146,23 +139,34 @@ func Open(cfg Config) (verbs.Device, error) {
 		if c.NoRxCoalescing {
 			uc.DisableGRO = true
 		}
-		s, err := udp.Listen(netip.AddrPortFrom(c.Addr.Unmap(), c.Port), &uc)
-		if err != nil {
-			return nil, fmt.Errorf("rxe: open %s: %w", c.Name, err)
-		}
-		conn = s
 	}
+	conns, err := openShards(&c, &uc)
+	if err != nil {
+		return nil, fmt.Errorf("rxe: open %s: %w", c.Name, err)
+	}
+	closeAll := func() {
+		for _, cn := range conns {
+			cn.Close()
+		}
+	}
+	conn := conns[0]
 	la := conn.LocalAddr()
+	for _, cn := range conns[1:] {
+		if cn.LocalAddr() != la {
+			closeAll()
+			return nil, fmt.Errorf("rxe: open %s: shard bound to %v, not %v: %w", c.Name, cn.LocalAddr(), la, verbs.ErrInvalidArgument)
+		}
+	}
 	addr := c.Addr.Unmap()
 	if !addr.IsValid() {
 		addr = la.Addr().Unmap()
 	}
 	if !addr.IsValid() || addr.IsUnspecified() {
-		conn.Close()
+		closeAll()
 		return nil, fmt.Errorf("rxe: open: no usable local address: %w", verbs.ErrInvalidArgument)
 	}
 	if c.NetMTU < 256+hdrOverhead {
-		conn.Close()
+		closeAll()
 		return nil, fmt.Errorf("rxe: open: NetMTU %d too small: %w", c.NetMTU, verbs.ErrInvalidArgument)
 	}
 	d := &Device{
@@ -176,16 +180,17 @@ func Open(cfg Config) (verbs.Device, error) {
 		cqs:     map[*CQ]struct{}{},
 		qps:     map[*QP]struct{}{},
 		events:  make(chan verbs.AsyncEvent, eventQueueLen),
-		rxDone:  make(chan struct{}),
 	}
 	d.pool.New = func() any { return new(packet) }
 	d.guid = nodeGUID(addr, la.Port())
 	d.sports.init(conn, addr, c.FixedSourcePort)
 	d.gids[0] = verbs.LinkLocalGID(d.guid)
 	d.gids[1] = verbs.GIDFromAddr(addr)
-	if c.BusyPoll || c.PollRxAfter >= 0 {
-		if d.sr = newPollSock(conn, max(conn.BatchSize(), 1)); d.sr != nil {
-			d.rb = d.newRxBatch()
+	for i, cn := range conns {
+		sh := d.newShard(i, cn)
+		d.shards = append(d.shards, sh)
+		if sh.sr != nil && (c.BusyPoll || c.PollRxAfter >= 0) {
+			d.pollShards = append(d.pollShards, sh)
 		}
 	}
 	if !c.BusyPoll {
@@ -194,12 +199,14 @@ func Open(cfg Config) (verbs.Device, error) {
 	if c.Capture != nil {
 		var err error
 		if d.capture, err = newCapturer(d); err != nil {
-			conn.Close()
+			d.closeShards()
 			return nil, fmt.Errorf("rxe: open: capture: %w", err)
 		}
 	}
 	d.raise(verbs.AsyncEvent{Type: verbs.EventPortActive, Port: 1})
-	go d.rxLoop()
+	for _, sh := range d.shards {
+		go sh.rxLoop()
+	}
 	return d, nil
 }
 
@@ -400,9 +407,23 @@ func (d *Device) Close() error {
 	}
 	d.closeSports()
 	d.closeMcast()
-	err := d.conn.Close()
-	<-d.rxDone
+	err := d.closeShards()
+	for _, sh := range d.shards {
+		<-sh.done
+	}
 	d.qpWG.Wait()
+	return err
+}
+
+// closeShards closes the receive Conns (shard 0's is the device's send
+// socket) and returns the first error.
+func (d *Device) closeShards() error {
+	var err error
+	for _, sh := range d.shards {
+		if e := sh.conn.Close(); err == nil {
+			err = e
+		}
+	}
 	return err
 }
 
@@ -425,8 +446,8 @@ type rxBatch struct {
 	touched []*QP
 }
 
-func (d *Device) newRxBatch() *rxBatch {
-	bs := max(d.conn.BatchSize(), 1)
+func (d *Device) newRxBatch(c udp.Conn) *rxBatch {
+	bs := max(c.BatchSize(), 1)
 	b := &rxBatch{msgs: make([]udp.Message, bs), pkts: make([]*packet, bs), touched: make([]*QP, 0, bs)}
 	for i := range b.msgs {
 		b.pkts[i] = d.getPacket()
@@ -441,62 +462,11 @@ func (d *Device) freeRxBatch(b *rxBatch) {
 	}
 }
 
-// rxLoop reads datagram batches and demultiplexes them to QPs. On a
-// socket that allows non-blocking reads, rxLoopPoll runs instead.
-func (d *Device) rxLoop() {
-	defer close(d.rxDone)
-	if d.sr != nil {
-		d.rxLoopPoll()
-		return
-	}
-	b := d.newRxBatch()
-	for {
-		n, err := d.conn.ReadBatch(b.msgs)
-		if err != nil {
-			d.linkDown()
-			d.freeRxBatch(b)
-			return
-		}
-		d.queueBatch(b, n)
-		d.runBatch(b, n, sendYield)
-	}
-}
-
 // linkDown reports a receive failure that was not a Close.
 func (d *Device) linkDown() {
 	if !d.closed.Load() {
 		d.stats.LinkDowned.Inc()
 		d.raise(verbs.AsyncEvent{Type: verbs.EventPortErr, Port: 1})
-	}
-}
-
-// queueBatch runs the receive checks on the first n datagrams of b and
-// queues them on their QPs, recording the QPs in b.touched. The caller
-// is the only reader of the socket (the receive goroutine, or in
-// busy-poll mode the holder of the receive token), which keeps every
-// QP's packets in arrival order.
-func (d *Device) queueBatch(b *rxBatch, n int) {
-	b.touched = b.touched[:0]
-	if d.capture != nil {
-		d.capture.rcvd(d.laddr, b.msgs[:n])
-	}
-	for i := 0; i < n; i++ {
-		if b.msgs[i].N < 0 {
-			d.stats.RxTruncated.Inc()
-			continue
-		}
-		p := b.pkts[i]
-		p.n, p.addr = b.msgs[i].N, b.msgs[i].Addr
-		q := d.recv(p)
-		if q == nil {
-			continue
-		}
-		// The QP owns the buffer now; replace it.
-		b.pkts[i] = d.getPacket()
-		b.msgs[i].Buf = b.pkts[i].buf[:]
-		if len(b.touched) == 0 || b.touched[len(b.touched)-1] != q {
-			b.touched = append(b.touched, q)
-		}
 	}
 }
 
@@ -520,7 +490,8 @@ func (d *Device) runBatch(b *rxBatch, n int, mode sendMode) {
 
 // recv runs the receive checks on p and queues it on its QP, which it
 // returns; it returns nil (and recycles nothing) when p was dropped.
-func (d *Device) recv(p *packet) *QP {
+// enc is the calling reader's ICRC template cache.
+func (d *Device) recv(p *packet, enc *encapCache) *QP {
 	if err := p.parse(); err != nil {
 		d.countParseErr(err)
 		return nil
@@ -545,7 +516,7 @@ func (d *Device) recv(p *packet) *QP {
 			return nil
 		}
 	}
-	if !d.checkICRC(p) {
+	if !d.checkICRC(p, enc) {
 		return nil
 	}
 	if !pkeyMatch(bth.PKey(), DefaultPKey) && qpn != 1 {
@@ -570,11 +541,10 @@ func pkeyMatch(a, b uint16) bool {
 // solved for (roce.Encap.VerifyICRCAnyID): the packet passes when some ID
 // makes its ICRC right, which leaves a 2^-16 chance that a corruption
 // passes; IPv6 ICRCs are checked exactly.
-func (d *Device) checkICRC(p *packet) bool {
-	// Only the receive goroutine (or the CQ poller holding the receive
-	// token, or a test feeding packets in its place) gets here, one at a
-	// time, so the cache needs no lock.
-	id, err := d.rxEncap.get(p.addr, d.laddr).VerifyICRCAnyID(p.buf[:p.n])
+func (d *Device) checkICRC(p *packet, enc *encapCache) bool {
+	// enc is one reader's (a shard's token holder, or a test feeding
+	// packets in its place), so it needs no lock.
+	id, err := enc.get(p.addr, d.laddr).VerifyICRCAnyID(p.buf[:p.n])
 	if err != nil {
 		d.stats.ICRCErr.Inc()
 		return false

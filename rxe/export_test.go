@@ -24,6 +24,13 @@ func QPDebug(qp verbs.QP) map[string]any {
 func SockStats(cq verbs.CQ) map[string]uint64 {
 	if s, ok := cq.(*CQ).dev.conn.(*udp.Socket); ok {
 		m := stats.Snapshot(&s.Stats)
+		for _, sh := range cq.(*CQ).dev.shards[1:] { // the other receive shards
+			if o, ok := sh.conn.(*udp.Socket); ok {
+				for k, v := range stats.Snapshot(&o.Stats) {
+					m[k] += v
+				}
+			}
+		}
 		addSportSockStats(cq.(*CQ).dev, m) // the QPs send through these
 		return m
 	}

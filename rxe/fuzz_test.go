@@ -17,6 +17,7 @@ type fuzzRig struct {
 	dev  *Device
 	peer netip.AddrPort
 	rc   *QP
+	enc  encapCache // the rig's reader's ICRC cache
 }
 
 // The fuzz rig's device and its peer live on a simulated network
@@ -92,7 +93,7 @@ func (r *fuzzRig) feed(b []byte) {
 		p.n = len(b) // an oversize datagram (the socket would truncate)
 	}
 	p.addr = r.peer
-	if q := r.dev.recv(p); q != nil {
+	if q := r.dev.recv(p, &r.enc); q != nil {
 		q.mu.Lock()
 		q.process()
 		q.mu.Unlock()

@@ -174,6 +174,18 @@ type Config struct {
 	// means udp.Listen on Addr:Port with UDP. The device closes it on
 	// Close.
 	Conn udp.Conn
+	// ShardConns are further receive shards for a given Conn: endpoints
+	// bound to the same address as Conn (udp.ListenShards, or a udptest
+	// ListenShards group), each read by its own goroutine (shard.go).
+	// The device closes them on Close.
+	ShardConns []udp.Conn
+	// RxShards is the number of receive sockets (SO_REUSEPORT, see
+	// shard.go) Open binds when Conn is nil; 0 means GOMAXPROCS on Linux
+	// and 1 elsewhere. With a given Conn the shards are Conn and
+	// ShardConns, and RxShards must be 0 or their number. A count that
+	// cannot be honoured (more than udp.MaxShards, several without
+	// Linux) fails Open.
+	RxShards int
 	// UDP configures the socket Open creates when Conn is nil. BusyPoll is
 	// forced on when DeviceConfig.BusyPoll is set; GRO is forced off when
 	// DeviceConfig.NoRxCoalescing is set.

@@ -1,0 +1,4 @@
+package rxe
+
+// shardsSupported: udp.ListenShards binds SO_REUSEPORT groups.
+const shardsSupported = true

@@ -17,9 +17,21 @@
 // its own Config in lnd.NI.LNDConfig): service 987, timeout 50 s,
 // keepalive 100 s, credits 256 and peer_credits 8 (DefaultTunables),
 // peer_credits_hiw, concurrent_sends, ntx 512, cksum, retry_count 5,
-// rnr_retry_count 6.
+// rnr_retry_count 6, conns_per_peer 1 (or the NI's tunable) and wrq_sge
+// (softib's default 16, ko2iblnd's 2).
 //
 // # Connection setup (cm.go)
+//
+// A peer with no connection gets conns_per_peer connection attempts at
+// once (kiblnd_launch_tx); new messages go round-robin over the
+// established ones (kiblnd_get_conn_locked), so several QPs, and with
+// them the device's receive shards, carry one peer's traffic, while a
+// transfer's PUT_ACK/PUT_DONE/GET_DONE stay on the connection of its
+// request. As in ko2iblnd the passive side accepts however many
+// connections the peer opens, opens none of its own while one is up, and
+// a dropped connection is not replaced while another is up. A round of
+// attempts that were all rejected for a fixable reason is retried once
+// the last of them is destroyed; none is retried while one is up.
 //
 // The active side resolves the peer's IPv4 address and route through the
 // RDMA CM, creates the CQ, the RC QP and 2Q+2 receive buffers of 4 KiB
@@ -81,8 +93,10 @@
 // MR deregistered when the transfer is done) when the fragments map onto
 // pages (inner boundaries on 4 KiB boundaries, as Lustre's page kiovs
 // are); otherwise it is staged through a registered 1 MiB bounce buffer
-// and copied into place when the transfer completes. Sources use one SGE
-// per fragment and need no copy.
+// and copied into place when the transfer completes. Sources need no
+// copy: each RDMA WRITE covers one sink fragment and gathers up to
+// wrq_sge source fragments (kiblnd_init_rdma), so a 1 MiB source of 256
+// pages moves in 16 WRITEs, not 256.
 //
 // # Timers
 //

@@ -10,12 +10,13 @@ import (
 
 // BenchmarkSRP measures fio-like patterns through the target from the Go
 // initiator over two rxe devices on loopback, 16 commands in flight,
-// against a 256 MiB file LUN (compare storage/iser's BenchmarkLocalFile).
+// against a 64 MiB file LUN written through (compare storage/iser's
+// BenchmarkLocalFile), with the process's CPU time per MiB.
 func BenchmarkSRP(b *testing.B) {
 	for _, tc := range targettest.BenchCases {
 		b.Run(tc.Name, func(b *testing.B) {
 			m, src, tgt, st := newEnv(b)
-			const size = 256 << 20
+			const size = 64 << 20
 			targettest.FileLUN(b, st, 1, size, maxXfer)
 			const qd = 16
 			in, _ := dial(b, m, src, tgt, 512, qd*tc.BS)
@@ -25,6 +26,8 @@ func BenchmarkSRP(b *testing.B) {
 			lun := scsi.EncodeLUN(1)
 			b.SetBytes(int64(tc.BS))
 			b.ResetTimer()
+			cpu := targettest.StartCPU()
+			defer func() { cpu.Report(b, int64(b.N)*int64(tc.BS)) }()
 			inflight, sent, done := 0, 0, 0
 			for done < b.N {
 				for inflight < qd && sent < b.N {

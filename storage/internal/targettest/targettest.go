@@ -8,8 +8,11 @@ import (
 	"context"
 	"encoding/binary"
 	"net/netip"
+	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"softib/cm"
 	"softib/rdmacm"
@@ -74,17 +77,42 @@ func Serve(t testing.TB, tgt Target) {
 	t.Cleanup(func() { cancel(); tgt.Close(); <-done })
 }
 
-// FileLUN adds LUN lun to st on a size-byte file in the test's temporary
-// directory.
+// FileLUN adds LUN lun to st on a size-byte [DataFile].
 func FileLUN(t testing.TB, st *scsi.Target, lun uint64, size int64, maxTransfer uint32) {
 	t.Helper()
-	fb, err := scsi.OpenFile(filepath.Join(t.TempDir(), "lun"), size, false)
+	fb, err := scsi.OpenFile(DataFile(t, size), size, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.AddLUN(lun, fb, scsi.LUNConfig{MaxTransfer: maxTransfer}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// DataFile returns the path of a size-byte file in the test's temporary
+// directory, written through (no holes: reads cost what reads of data
+// cost) and synced.
+func DataFile(t testing.TB, size int64) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "lun")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	chunk := make([]byte, 1<<20)
+	for i := range chunk {
+		chunk[i] = byte(i*7 + i>>9)
+	}
+	for off := int64(0); off < size; off += int64(len(chunk)) {
+		if _, err := f.Write(chunk[:min(int64(len(chunk)), size-off)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // RW10 returns a 16-byte CDB buffer with READ(10) or WRITE(10) (op) of
@@ -108,3 +136,30 @@ type BenchCase struct {
 // BenchCases are the patterns the target benchmarks run.
 var BenchCases = []BenchCase{{"seq-read-128k", 128 << 10, false, false}, {"seq-write-128k", 128 << 10, true, false},
 	{"rand-read-4k", 4096, false, true}, {"rand-write-4k", 4096, true, true}}
+
+// CPU is the process's CPU time (user and system, getrusage) at the
+// start of a measurement: targets, initiator and both rxe devices run
+// in the benchmark's process, so it is the whole loopback's cost. On a
+// shared machine throughput says little; CPU per unit of work does.
+type CPU time.Duration
+
+// StartCPU reads the process's CPU time.
+func StartCPU() CPU { return CPU(cpuNow()) }
+
+// Report adds the CPU time spent since c per MiB moved ("cpu-ms/MiB")
+// to b's results.
+func (c CPU) Report(b *testing.B, bytes int64) {
+	if bytes <= 0 {
+		return
+	}
+	used := cpuNow() - time.Duration(c)
+	b.ReportMetric(float64(used)/float64(time.Millisecond)/(float64(bytes)/(1<<20)), "cpu-ms/MiB")
+}
+
+func cpuNow() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

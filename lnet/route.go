@@ -264,11 +264,12 @@ func (in *Instance) routeAliveLocked(r *route) bool {
 }
 
 // findRouteLocked is lnet_find_route_locked: among the alive routes to
-// net (through a gateway on srcNet, unless srcNet is 0) pick the lowest
-// priority value, then the fewest hops, then the gateway with the fewest
+// net (through a gateway on srcNet, unless srcNet is 0) pick one through
+// a preferred router of the final destination dst (UDSP --dst --rte),
+// then the lowest priority value, then the fewest hops, then the gateway with the fewest
 // queued bytes and the most credits, then round robin. The winner's
 // sequence is bumped so equals take turns.
-func (in *Instance) findRouteLocked(net, srcNet lnetwire.Net) *route {
+func (in *Instance) findRouteLocked(net, srcNet lnetwire.Net, dst lnetwire.NID) *route {
 	rn := in.routes.nets[net]
 	if rn == nil {
 		return nil
@@ -276,6 +277,7 @@ func (in *Instance) findRouteLocked(net, srcNet lnetwire.Net) *route {
 	var best *route
 	var bestQnob int64
 	var bestCred, bestHealth int32
+	var bestPref bool
 	var lastSeq uint64
 	for _, r := range rn.routes {
 		if !in.routeAliveLocked(r) || (srcNet != 0 && r.gw.nid.Net() != srcNet) {
@@ -283,8 +285,13 @@ func (in *Instance) findRouteLocked(net, srcNet lnetwire.Net) *route {
 		}
 		lastSeq = max(lastSeq, r.seq)
 		health, qnob, cred := in.gatewayLoadLocked(r.gw, srcNet)
+		pref := in.preferredRouterLocked(dst, r.gw) // UDSP --dst --rte
 		if best != nil {
 			switch {
+			case pref != bestPref:
+				if !pref {
+					continue
+				}
 			case r.priority > best.priority:
 				continue
 			case r.priority == best.priority:
@@ -302,7 +309,7 @@ func (in *Instance) findRouteLocked(net, srcNet lnetwire.Net) *route {
 				}
 			}
 		}
-		best, bestHealth, bestQnob, bestCred = r, health, qnob, cred
+		best, bestHealth, bestQnob, bestCred, bestPref = r, health, qnob, cred, pref
 	}
 	if best != nil {
 		best.seq = lastSeq + 1
@@ -335,7 +342,7 @@ func (in *Instance) routeLocked(m *message, net, srcNet lnetwire.Net) (lnetwire.
 			return m.from, m.ni, nil
 		}
 	}
-	r := in.findRouteLocked(net, srcNet)
+	r := in.findRouteLocked(net, srcNet, m.Hdr.DestNID)
 	if r == nil {
 		return 0, nil, fmt.Errorf("%w: %v", ErrNoRoute, net)
 	}

@@ -743,3 +743,78 @@ func TestRouterNIStatus(t *testing.T) {
 	addRoute(t, b, tcp, rtR1, 1, 0)
 	waitFor(t, "route up", func() bool { rs := a.Routes(); return len(rs) == 1 && rs[0].Alive })
 }
+
+// TestUDSPRouteRule: a UDSP router rule (lnetctl udsp add --dst X --rte Y)
+// makes routed messages to the peer NIs matching X take a route through
+// a gateway matching Y ahead of a better-priority route (lnet_find_route_locked's
+// preferred router); a rule for another destination, or one whose --rte
+// matches no gateway, changes nothing, and deleting the rule restores
+// the priority order.
+func TestUDSPRouteRule(t *testing.T) {
+	n := lndtest.New(lnetwire.SOCKLND)
+	l := []lnd.LND{n.LND()}
+	g := fastChecker()
+	g.LiveRouterCheckInterval = time.Hour
+	a := rtNode(t, l, lnet.RouterConfig{}, g, lnd.Tunables{}, rtA)
+	r1 := rtNode(t, l, lnet.RouterConfig{Enabled: true}, g, lnd.Tunables{}, rtR0, rtR1)
+	r2 := rtNode(t, l, lnet.RouterConfig{Enabled: true}, g, lnd.Tunables{}, rtR2, rtR21)
+	b := rtNode(t, l, lnet.RouterConfig{}, g, lnd.Tunables{}, rtB)
+	addRoute(t, b, tcp, rtR1, 1, 0)
+	addRoute(t, b, tcp, rtR21, 1, 0)
+	addRoute(t, a, tcp1, rtR0, 1, 0) // the better route
+	addRoute(t, a, tcp1, rtR2, 1, 5)
+	eq, _ := a.EQAlloc(64, nil)
+	me, _ := b.MEAttach(4, lnetwire.ProcessIDAny, 0, ^uint64(0), lnet.Retain, lnet.InsAfter)
+	b.MDAttach(me, lnet.MD{Start: make([]byte, 64), Threshold: lnet.ThreshInf, Options: lnet.MDOpPut}, lnet.Retain)
+	send := func(k int) {
+		t.Helper()
+		for range k {
+			h, _ := a.MDBind(lnet.MD{Start: []byte("abc"), Threshold: 1, EQ: eq}, lnet.AutoUnlink)
+			a.Put(lnetwire.NIDAny, h, lnet.AckReqNo, lnetwire.ProcessID{NID: rtB, PID: b.PID()}, 4, 0, 0, 0)
+			if ev := poll(t, a, eq); ev.Status != nil {
+				t.Fatalf("send: %s", evStr(ev))
+			}
+		}
+	}
+	check := func(what string, w1, w2 uint64) {
+		t.Helper()
+		if c1, c2 := r1.Stats().RouteCount, r2.Stats().RouteCount; c1 != w1 || c2 != w2 {
+			t.Fatalf("%s: r1 forwarded %d, r2 %d; want %d, %d", what, c1, c2, w1, w2)
+		}
+	}
+	send(2)
+	check("priority", 2, 0)
+	for _, bad := range []lnet.UDSPRule{
+		{Dst: "10.0.1.9@tcp1", Rte: "10.0.0.3@tcp"},                      // a priority rule
+		{Rte: "10.0.0.3@tcp", Preferred: true},                           // no --dst
+		{Src: "10.0.0.1@tcp", Rte: "10.0.0.3@tcp", Preferred: true},      // --src with --rte
+		{Dst: "10.0.1.9@tcp1", Rte: "10.0.0.[9-3]@tcp", Preferred: true}, // bad range
+	} {
+		if err := a.AddUDSP(bad, -1); !errors.Is(err, lnet.ErrInvalid) {
+			t.Errorf("AddUDSP(%+v) = %v, want ErrInvalid", bad, err)
+		}
+	}
+	// Rules for another destination and for no existing gateway.
+	if err := a.AddUDSP(lnet.UDSPRule{Dst: "10.0.1.8@tcp1", Rte: "10.0.0.3@tcp", Preferred: true}, -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.AddUDSP(lnet.UDSPRule{Dst: "*@tcp1", Rte: "10.0.0.[50-60]@tcp", Preferred: true}, -1); err != nil {
+		t.Fatal(err)
+	}
+	send(2)
+	check("rules that do not apply", 4, 0)
+	// The router rule for B: r2 despite its worse priority.
+	if err := a.AddUDSP(lnet.UDSPRule{Dst: "10.0.1.[5-9]@tcp1", Rte: "10.0.0.3@tcp", Preferred: true}, -1); err != nil {
+		t.Fatal(err)
+	}
+	send(3)
+	check("preferred router", 4, 3)
+	if got := a.UDSPs(); len(got) != 3 || got[2].Rte != "10.0.0.3@tcp" || !got[2].Preferred {
+		t.Fatalf("UDSPs %+v", got)
+	}
+	if err := a.DelUDSP(2); err != nil {
+		t.Fatal(err)
+	}
+	send(2)
+	check("rule deleted", 6, 3)
+}

@@ -52,6 +52,9 @@ type mrState struct {
 	clock  func() time.Time           // time source (tests replace it)
 	rec    recoveryState              // health.go
 	udsp   []*udspRule                // udsp.go, in index order
+	// rteRules: some UDSP rule is a router rule (udsp.go
+	// preferredRouterLocked; route choice skips the check without).
+	rteRules bool
 }
 
 // localNet is the selection state of one local net (struct lnet_net's

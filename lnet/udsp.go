@@ -15,11 +15,24 @@ package lnet
 //	--dst nid-expr   the matching peer NIs' priority
 //	--src X --dst Y  the local NIs matching X become preferred NIDs of the
 //	                 peer NIs matching Y (a NID pair)
+//	--dst X --rte Y  the gateways (by primary NID) matching Y become the
+//	                 preferred routers of the peer NIs matching X: a
+//	                 routed message to such a peer NI takes an alive route
+//	                 through a preferred router before any other, ahead
+//	                 of route priority and hops (lnet_compare_routes)
 //
 // Selection (select.go) ranks by these after health. Rules are kept in
 // index order; they are applied from the last to the first, so where two
-// match the lower index wins. Router rules (--rte) are refused: softib
-// has no per-peer preferred-router lists.
+// match the lower index wins. As lnetctl parses them: --priority makes a
+// priority rule; without it a --src or --dst rule has priority 0 and a
+// --src --dst or --dst --rte rule is a preferred list; --rte needs --dst
+// and takes neither --src nor --priority (the kernel would keep such a
+// rule and apply nothing: softib refuses it).
+//
+// Router rules are evaluated when a route is chosen rather than copied
+// into per-peer-NI lists when the rule is added (lnet_udsp_apply_rte_list_on_lpni),
+// so routes and gateways added later count too; the result is the same
+// as the kernel's after it applies the rules again.
 
 import (
 	"fmt"
@@ -35,12 +48,16 @@ import (
 type UDSPRule struct {
 	Src, Dst, Rte string
 	Priority      uint32
+	// Preferred is lnetctl's "pref" action (no --priority): a NID pair
+	// or router rule. A --src or --dst rule without a priority is given
+	// priority 0 instead, as lnetctl does.
+	Preferred bool
 }
 
 // udspRule is a parsed rule.
 type udspRule struct {
-	cfg      UDSPRule
-	src, dst *nidExpr
+	cfg           UDSPRule
+	src, dst, rte *nidExpr
 }
 
 // nidExpr is a parsed NID expression.
@@ -132,14 +149,26 @@ func (e *nidExpr) matchNID(nid lnetwire.NID) bool {
 // AddUDSP inserts a rule at index idx (< 0 or past the end: appended)
 // and applies the rules again (lnetctl udsp add).
 func (in *Instance) AddUDSP(r UDSPRule, idx int) error {
-	if r.Rte != "" {
-		return fmt.Errorf("%w: --rte rules (preferred routers) are not supported", ErrInvalid)
-	}
-	if r.Src == "" && r.Dst == "" {
-		return fmt.Errorf("%w: a rule needs --src or --dst", ErrInvalid)
+	switch {
+	case r.Src == "" && r.Dst == "" && r.Rte == "":
+		return fmt.Errorf("%w: a rule needs --src, --dst or --rte", ErrInvalid)
+	case r.Rte != "" && r.Src != "":
+		return fmt.Errorf("%w: src and rte cannot be combined", ErrInvalid)
+	case r.Rte != "" && r.Dst == "":
+		return fmt.Errorf("%w: an --rte rule needs --dst (the peer NIs whose routers it prefers)", ErrInvalid)
+	case r.Rte != "" && !r.Preferred:
+		return fmt.Errorf("%w: an --rte rule is a preferred-router list and takes no --priority", ErrInvalid)
+	case r.Preferred && r.Rte == "" && (r.Src == "") != (r.Dst == ""):
+		// lnetctl: a priority is expected but not given.
+		r.Preferred, r.Priority = false, 0
 	}
 	ur := &udspRule{cfg: r}
 	var err error
+	if r.Rte != "" {
+		if ur.rte, err = parseNIDExpr(r.Rte); err != nil {
+			return err
+		}
+	}
 	if r.Src != "" {
 		if ur.src, err = parseNIDExpr(r.Src); err != nil {
 			return err
@@ -191,6 +220,7 @@ func (in *Instance) UDSPs() []UDSPRule {
 // applyUDSPLocked resets every selection priority and UDSP preferred NID
 // and applies the rules from the last to the first.
 func (in *Instance) applyUDSPLocked() {
+	in.mr.rteRules = slices.ContainsFunc(in.mr.udsp, func(r *udspRule) bool { return r.rte != nil })
 	for _, ln := range in.mr.nets {
 		ln.selPriority = maxSelPriority
 	}
@@ -211,6 +241,8 @@ func (in *Instance) applyUDSPLocked() {
 	for i := len(in.mr.udsp) - 1; i >= 0; i-- {
 		r := in.mr.udsp[i]
 		switch {
+		case r.rte != nil:
+			// Router rules: preferredRouteLocked.
 		case r.src != nil && r.dst == nil && r.src.netOnly:
 			in.localNetOf(r.src.net).selPriority = r.cfg.Priority
 		case r.src != nil && r.dst == nil:
@@ -239,7 +271,7 @@ func (in *Instance) applyUDSPToPeerNILocked(p *peer) {
 	for i := len(in.mr.udsp) - 1; i >= 0; i-- {
 		r := in.mr.udsp[i]
 		switch {
-		case r.dst == nil:
+		case r.dst == nil || r.rte != nil:
 		case r.src == nil && r.dst.netOnly:
 			if p.lp != nil && r.dst.net == p.nid.Net() {
 				if pn := p.lp.netOf(r.dst.net); pn != nil {
@@ -277,4 +309,40 @@ func (in *Instance) applyUDSPToNILocked(ni *netIface) {
 			ni.mr.selPriority, ni.mr.prioSet = r.cfg.Priority, true
 		}
 	}
+}
+
+// preferredRouterLocked reports whether gw is a preferred router of the
+// peer NI dst (lnet_peer_is_pref_rtr_locked). dst's list is the one the
+// lowest-index router rule matching dst gives it: the gateways of all
+// routes whose primary NID matches the rule's --rte. A rule whose --rte
+// matches no gateway sets no list (the kernel clears a peer NI's list
+// only on the first match), so the next rule counts. false when no rule
+// gives dst a list.
+func (in *Instance) preferredRouterLocked(dst lnetwire.NID, gw *gateway) bool {
+	if !in.mr.rteRules || dst == 0 {
+		return false
+	}
+	for _, r := range in.mr.udsp {
+		if r.rte == nil || !r.dst.matchNID(dst) {
+			continue
+		}
+		if r.rte.matchNID(in.knownPrimaryLocked(gw.nid)) {
+			return true
+		}
+		if in.anyGatewayMatchesLocked(r.rte) {
+			return false // dst's list is this rule's, without gw
+		}
+	}
+	return false
+}
+
+// anyGatewayMatchesLocked reports whether the primary NID of some route's
+// gateway matches e.
+func (in *Instance) anyGatewayMatchesLocked(e *nidExpr) bool {
+	for _, gw := range in.routes.gateways {
+		if len(gw.routes) > 0 && e.matchNID(in.knownPrimaryLocked(gw.nid)) {
+			return true
+		}
+	}
+	return false
 }

@@ -25,7 +25,7 @@ const ctlUsage = `usage: softib lnetctl [--socket PATH] [--json] <object> <actio
   peer show [--nid NID] [-v]
   peer set --nid NID --health VALUE
   net set --nid NID --health VALUE
-  udsp add --src|--dst EXPR --priority P [--idx N]; udsp del --idx N|--all; udsp show [--idx N]
+  udsp add [--src EXPR] [--dst EXPR] [--rte EXPR] [--priority P] [--idx N]; udsp del --idx N|--all; udsp show [--idx N]
   route add --net NET --gateway NID [--hop N] [--priority N]
   route del --net NET --gateway NID
   route show [--net NET] [--gateway NID] [--hop N] [-v]
@@ -338,12 +338,17 @@ func (c *ctl) udsp(ctx context.Context, action string, args []string) int {
 		src := fs.String("src", "", "local NID or net expression")
 		dst := fs.String("dst", "", "peer NID or net expression")
 		rte := fs.String("rte", "", "router NID expression")
-		prio := fs.Int64("priority", -1, "priority (0 is the highest)")
+		prio := fs.Int64("priority", -1, "priority (0 is the highest); without it --src --dst and --dst --rte make a preferred list")
 		if _, err := parseInterleaved(fs, args); err != nil {
 			return 2
 		}
-		if *prio < 0 || (*src == "" && *dst == "" && *rte == "") {
-			return c.usageErr("udsp add needs --src, --dst or --rte and --priority")
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if set["priority"] && *prio < 0 {
+			return c.usageErr("invalid priority %d (0 is the highest)", *prio)
+		}
+		if *src == "" && *dst == "" && *rte == "" {
+			return c.usageErr("udsp add needs --src, --dst or --rte")
 		}
 		return c.simple(ctx, "udsp.add", UDSPArgs{Src: *src, Dst: *dst, Rte: *rte, Priority: *prio, Idx: *idx})
 	case "del":

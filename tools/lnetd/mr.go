@@ -240,17 +240,21 @@ type UDSPArgs struct {
 	Src      string `json:"src,omitempty"`
 	Dst      string `json:"dst,omitempty"`
 	Rte      string `json:"rte,omitempty"`
-	Priority int64  `json:"priority"`
-	Idx      int    `json:"idx"` // -1: append (add), all (del, show)
+	Priority int64  `json:"priority"` // -1 (add): none, lnetctl's "pref" action
+	Idx      int    `json:"idx"`      // -1: append (add), all (del, show)
 }
 
 // opUDSP is udsp.add and udsp.del.
 func (d *Daemon) opUDSP(add bool, a UDSPArgs) *OpError {
 	if add {
-		if a.Priority < 0 || a.Priority > int64(^uint32(0)>>1) {
+		if a.Priority < -1 || a.Priority > int64(^uint32(0)>>1) {
 			return opErr("add", "udsp", errnoInval, "priority %d out of range", a.Priority)
 		}
-		if err := d.in.AddUDSP(lnet.UDSPRule{Src: a.Src, Dst: a.Dst, Rte: a.Rte, Priority: uint32(a.Priority)}, a.Idx); err != nil {
+		r := lnet.UDSPRule{Src: a.Src, Dst: a.Dst, Rte: a.Rte, Preferred: a.Priority < 0}
+		if a.Priority >= 0 {
+			r.Priority = uint32(a.Priority)
+		}
+		if err := d.in.AddUDSP(r, a.Idx); err != nil {
 			return coreErr("add", "udsp", "cannot add udsp", err)
 		}
 		return nil
@@ -275,6 +279,14 @@ func (d *Daemon) udspDoc(idx int) (Map, *OpError) {
 		}
 		if r.Dst != "" {
 			m = m.add("dst", r.Dst)
+		}
+		if r.Rte != "" {
+			m = m.add("rte", r.Rte)
+		}
+		if r.Preferred {
+			// liblnetconfig prints an action for priority rules only.
+			list = append(list, m)
+			continue
 		}
 		list = append(list, m.add("action", Map{}.add("priority", int64(r.Priority))))
 	}

@@ -93,9 +93,28 @@ func TestUDSPCommands(t *testing.T) {
 		u.Path("udsp", 1, "action", "priority") != int64(3) || u.Path("udsp", 1, "idx") != int64(1) {
 		t.Fatalf("udsp show:\n%s", YAML(u))
 	}
-	if code, _, errs := ctlRun(t, a.sock, "udsp", "add", "--rte", "10.1.9.1@tcp", "--priority", "1"); code != 1 || !strings.Contains(errs, "errno: -22") {
-		t.Errorf("--rte: %d %q", code, errs)
+	// Router rules as lnetctl parses them: --dst and --rte without a
+	// priority (a preferred-router list, shown without an action); --rte
+	// alone, with --src, or with --priority is refused.
+	for _, bad := range [][]string{
+		{"--rte", "10.1.9.1@tcp"},
+		{"--src", "tcp", "--rte", "10.1.9.1@tcp"},
+		{"--dst", "tcp1", "--rte", "10.1.9.1@tcp", "--priority", "1"},
+	} {
+		if code, _, errs := ctlRun(t, a.sock, append([]string{"udsp", "add"}, bad...)...); code != 1 || !strings.Contains(errs, "errno: -22") {
+			t.Errorf("udsp add %v: %d %q", bad, code, errs)
+		}
 	}
+	ctlOK(t, a.sock, "udsp", "add", "--dst", "*@tcp1", "--rte", "10.1.9.1@tcp")
+	// --dst without --priority: priority 0, as lnetctl.
+	ctlOK(t, a.sock, "udsp", "add", "--dst", "tcp2")
+	u = ctlDoc(t, a.sock, "udsp", "show")
+	if u.Path("udsp", 2, "dst") != "*@tcp1" || u.Path("udsp", 2, "rte") != "10.1.9.1@tcp" || u.Path("udsp", 2, "action") != nil ||
+		u.Path("udsp", 3, "action", "priority") != int64(0) {
+		t.Fatalf("udsp show with a router rule:\n%s", YAML(u))
+	}
+	ctlOK(t, a.sock, "udsp", "del", "--idx", "3")
+	ctlOK(t, a.sock, "udsp", "del", "--idx", "2")
 	ctlOK(t, a.sock, "udsp", "del", "--idx", "0")
 	if u := ctlDoc(t, a.sock, "udsp", "show"); u.Path("udsp", 0, "src") != "tcp" {
 		t.Errorf("after del --idx 0:\n%s", YAML(u))

@@ -8,6 +8,24 @@ import (
 	"softib/wire/roce"
 )
 
+// The QP engine's files:
+//
+//	qp.go         the QP object and lifecycle (CreateQP, accessors,
+//	              Query, Destroy)
+//	qptable.go    the device's QPN → QP table, addQP/removeQP
+//	modify.go     Modify and the state machine (setState, fail, reset,
+//	              flush, Drain)
+//	post.go       PostSend and PostRecv
+//	process.go    the processing round and its run loop, kicks, timers,
+//	              completion pushes and the send at a round's end
+//	sched.go      response deferral for CQ pollers (sendDefer)
+//	txbatch.go    the two send lanes and their batches
+//	requester.go  the requester role (rxe_req.c)
+//	responder.go  the responder role (rxe_resp.c)
+//	completer.go  the completer role (rxe_comp.c)
+//	engine.go     what the roles share (below)
+//	locking.go    every lock, the order, the scheduling invariants
+//
 // What the three roles (requester.go, responder.go, completer.go) share
 // through their QP, all with QP.mu held: SGL resolution and copies,
 // packet sizing and building, and the two send lanes (QP.reqTx for the

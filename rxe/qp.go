@@ -14,8 +14,9 @@ import (
 // QP is a queue pair. The engine state (queues, requester, responder,
 // completer) is guarded by mu and run by whichever goroutine holds it: the
 // poster inline, the device receive goroutine inline, or the QP's run
-// loop (see the package comment).
+// loop. locking.go lists every lock, the order and the scheduling rules.
 type QP struct {
+	// Set at creation, then read-only.
 	dev     *Device
 	pd      *PD
 	qpn     uint32
@@ -25,46 +26,47 @@ type QP struct {
 	srq     *SRQ
 	init    verbs.QPInitAttr
 	context any
-	stateA  atomic.Uint32 // mirror of state for State()
+	kickC   chan struct{} // capacity 1: one pending wakeup of loop
+	done    chan struct{} // closed by destroy: loop exits
+	timer   *time.Timer   // loop's deadline timer; Reset under mu (armTimer)
+
+	// Lock-free mirrors, written under mu.
+	stateA atomic.Uint32 // mirror of state for State()
 	// peerIP mirrors dst's address for the receive path, which drops an
 	// RC/UC packet from another address before it takes a slot in the
 	// QP's inbound ring (nil until an address vector is set).
 	peerIP atomic.Pointer[netip.Addr]
 
 	mu       sync.Mutex
-	state    verbs.QPState
-	attr     verbs.QPAttr
-	dst      netip.AddrPort // RC/UC peer
-	mtu      int
-	sq       ring[sendWQE]
-	rq       ring[recvWQE]
-	cap      verbs.QPCap
-	req      requester
-	comp     completer
-	resp     responder
-	reqTx    txLane        // requests (PSN order towards the peer's responder)
-	respTx   txLane        // ACKs, NAKs, READ/atomic responses (PSN order)
-	woke     bool          // this round's completions notified a channel
-	hdue     uint8         // CQ handlers due (hdueSend, hdueRecv) once mu is released
-	pushed   bool          // this round pushed a completion
-	respDue  int64         // deferred responses must go by then (0: none)
-	listed   bool          // in Device.deferred (guarded by Device.defMu)
-	txMsgs   []udp.Message // sendBoth's vector (both lane mutexes held)
-	encap    encapCache
-	sport    qpSport    // source port (sport.go)
-	drainC   *sync.Cond // signalled when queues may have emptied
-	dead     bool
-	timerAt  int64   // deadline the timer is set for (0: none)
-	sqdEvent bool    // raise SQ_DRAINED when the SQ empties in SQD
-	stats    qpStats // per-QP counters (introspect.go)
+	state    verbs.QPState  // guarded by mu; changed only by setState
+	attr     verbs.QPAttr   // guarded by mu
+	dst      netip.AddrPort // guarded by mu; RC/UC peer
+	mtu      int            // guarded by mu; path MTU in bytes
+	sq       ring[sendWQE]  // guarded by mu
+	rq       ring[recvWQE]  // guarded by mu
+	cap      verbs.QPCap    // guarded by mu
+	req      requester      // guarded by mu (requester.go)
+	comp     completer      // guarded by mu (completer.go)
+	resp     responder      // guarded by mu (responder.go)
+	reqTx    txLane         // cur guarded by mu, out by reqTx.mu; requests (PSN order towards the peer's responder)
+	respTx   txLane         // cur guarded by mu, out by respTx.mu; ACKs, NAKs, READ/atomic responses (PSN order)
+	woke     bool           // guarded by mu; this round's completions notified a channel
+	hdue     uint8          // guarded by mu; CQ handlers due (hdueSend, hdueRecv) once mu is released
+	pushed   bool           // guarded by mu; this round pushed a completion
+	respDue  int64          // guarded by mu; deferred responses must go by then (0: none)
+	listed   bool           // guarded by Device.defMu; in Device.deferred
+	txMsgs   []udp.Message  // guarded by reqTx.mu and respTx.mu together; sendBoth's vector
+	encap    encapCache     // guarded by mu; ICRC template of the last destination
+	sport    qpSport        // written with mu and both lane mutexes held, read with either (sport.go)
+	drainC   *sync.Cond     // on mu; signalled when queues may have emptied
+	dead     bool           // guarded by mu; set once by destroy
+	timerAt  int64          // guarded by mu; deadline the timer is set for (0: none)
+	sqdEvent bool           // guarded by mu; raise SQ_DRAINED when the SQ empties in SQD
+	stats    qpStats        // atomic counters (introspect.go)
 
 	inMu    sync.Mutex
-	inq     []*packet
-	inSpare []*packet
-
-	kickC chan struct{}
-	done  chan struct{}
-	timer *time.Timer
+	inq     []*packet // guarded by inMu; the inbound ring (inqMax)
+	inSpare []*packet // guarded by mu; swapped with inq under inMu too
 }
 
 var _ verbs.QP = (*QP)(nil)

@@ -177,15 +177,10 @@ type Config struct {
 	// ShardConns are further receive shards for a given Conn: endpoints
 	// bound to the same address as Conn (udp.ListenShards, or a udptest
 	// ListenShards group), each read by its own goroutine (shard.go).
-	// The device closes them on Close.
+	// The device closes them on Close. DeviceConfig.RxShards is the
+	// number of sockets Open binds when Conn is nil (shard.go); with a
+	// given Conn it must be 0 or 1 + len(ShardConns).
 	ShardConns []udp.Conn
-	// RxShards is the number of receive sockets (SO_REUSEPORT, see
-	// shard.go) Open binds when Conn is nil; 0 means GOMAXPROCS on Linux
-	// and 1 elsewhere. With a given Conn the shards are Conn and
-	// ShardConns, and RxShards must be 0 or their number. A count that
-	// cannot be honoured (more than udp.MaxShards, several without
-	// Linux) fails Open.
-	RxShards int
 	// UDP configures the socket Open creates when Conn is nil. BusyPoll is
 	// forced on when DeviceConfig.BusyPoll is set; GRO is forced off when
 	// DeviceConfig.NoRxCoalescing is set.

@@ -108,7 +108,7 @@ func TestSimNetShards(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
-						cfg := rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: ap.Addr()}, Conn: eps[0], RxShards: 3}
+						cfg := rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: ap.Addr(), RxShards: 3}, Conn: eps[0]}
 						for _, ep := range eps[1:] {
 							cfg.ShardConns = append(cfg.ShardConns, ep)
 						}
@@ -153,9 +153,9 @@ func TestRxShardsConfig(t *testing.T) {
 	ep := nw.Endpoint(ap)
 	defer ep.Close()
 	for _, c := range []rxe.Config{
-		{DeviceConfig: verbs.DeviceConfig{Addr: ap.Addr()}, Conn: ep, RxShards: 2},
-		{DeviceConfig: verbs.DeviceConfig{Addr: ap.Addr()}, RxShards: -1},
-		{DeviceConfig: verbs.DeviceConfig{Addr: ap.Addr()}, RxShards: 100000},
+		{DeviceConfig: verbs.DeviceConfig{Addr: ap.Addr(), RxShards: 2}, Conn: ep},
+		{DeviceConfig: verbs.DeviceConfig{Addr: ap.Addr(), RxShards: -1}},
+		{DeviceConfig: verbs.DeviceConfig{Addr: ap.Addr(), RxShards: 100000}},
 		{DeviceConfig: verbs.DeviceConfig{Addr: ap.Addr()}, ShardConns: []udp.Conn{ep}},
 	} {
 		if d, err := rxe.Open(c); !errors.Is(err, verbs.ErrInvalidArgument) {
@@ -173,8 +173,8 @@ func TestRxShardsConfig(t *testing.T) {
 func TestRxShardsLoopback(t *testing.T) {
 	ip := testaddr.Next()
 	ip2 := testaddr.Next()
-	da := openDev(t, rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: ip}, RxShards: 4})
-	db := openDev(t, rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: ip2}, RxShards: 4})
+	da := openDev(t, rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: ip, RxShards: 4}})
+	db := openDev(t, rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: ip2, RxShards: 4}})
 	const qps, n, slot = 8, 8, 4 << 10
 	o := connOpts{timeout: 14, retry: 7, rnrRetry: 7, minRNR: 1}
 	for range qps {

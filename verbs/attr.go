@@ -34,6 +34,12 @@ type DeviceConfig struct {
 	// comparisons and for peers whose bursts should be received packet
 	// by packet.
 	NoRxCoalescing bool
+	// RxShards is the number of receive sockets a Soft-RoCE device binds
+	// to its address (SO_REUSEPORT), each read by its own goroutine, so
+	// that receive uses several cores; the kernel keeps every flow (a
+	// peer QP's source port) on one. 0 means GOMAXPROCS on Linux, 1
+	// elsewhere; a count the device cannot honour fails Open.
+	RxShards int
 	// FixedSourcePort makes every packet leave from the device's own UDP
 	// port. By default (false) each QP sends from the source port Linux
 	// rxe would use (0xC000 + a hash of the QPN, or of the connected QPN

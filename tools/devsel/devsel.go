@@ -55,6 +55,9 @@ type Options struct {
 	// NoRxCoalescing receives without UDP GRO (verbs.DeviceConfig
 	// NoRxCoalescing).
 	NoRxCoalescing bool
+	// RxShards is the number of receive sockets of the device
+	// (verbs.DeviceConfig.RxShards; 0 = the provider's default).
+	RxShards int
 	// Provider names the verbs provider ("" = $SOFTIB_PROVIDER, else
 	// "rxe", softib's Soft-RoCE; "ibverbs" = the kernel's RDMA devices in
 	// a build with -tags ibverbs).
@@ -89,6 +92,7 @@ func (o *Options) Register(fs *flag.FlagSet, gidDefault int, gidFlags ...string)
 	fs.BoolVar(&o.BusyPoll, "busy-poll", o.BusyPoll, "busy-poll the device socket (lower latency, one CPU spinning)")
 	RegisterObserve(fs) // --pcap, --metrics (observe.go)
 	fs.StringVar(&o.Provider, "provider", o.Provider, "verbs `provider`: rxe (softib's Soft-RoCE, the default) or ibverbs (kernel RDMA devices; needs a build with -tags ibverbs) (default $"+EnvProvider+", else rxe)")
+	fs.IntVar(&o.RxShards, "rx-shards", o.RxShards, "receive `sockets` of the device, each read by its own goroutine (SO_REUSEPORT; default GOMAXPROCS)")
 	fs.BoolVar(&o.NoRxCoalescing, "no-gro", o.NoRxCoalescing, "receive without UDP GRO (one datagram per packet; GRO coalesces a peer's GSO bursts, and a polling tool reads the socket itself either way)")
 }
 
@@ -196,6 +200,9 @@ func (o *Options) Config() (verbs.DeviceConfig, error) {
 	if err != nil {
 		return verbs.DeviceConfig{}, err
 	}
+	if o.RxShards < 0 {
+		return verbs.DeviceConfig{}, fmt.Errorf("--rx-shards %d: want 1 or more (0: the default)", o.RxShards)
+	}
 	if o.UDPPort > 65535 || o.PeerUDPPort > 65535 {
 		return verbs.DeviceConfig{}, fmt.Errorf("UDP port out of range (0-65535)")
 	}
@@ -213,7 +220,7 @@ func (o *Options) Config() (verbs.DeviceConfig, error) {
 		}
 		return verbs.DeviceConfig{}, fmt.Errorf("--provider %q: not in this build%s; providers: %s", prov, hint, strings.Join(verbs.Providers(), ", "))
 	}
-	cfg := verbs.DeviceConfig{Provider: prov, Name: o.Name, Addr: a, Port: uint16(o.UDPPort), NetMTU: o.NetMTU, BusyPoll: o.BusyPoll, NoRxCoalescing: o.NoRxCoalescing}
+	cfg := verbs.DeviceConfig{Provider: prov, Name: o.Name, Addr: a, Port: uint16(o.UDPPort), NetMTU: o.NetMTU, BusyPoll: o.BusyPoll, NoRxCoalescing: o.NoRxCoalescing, RxShards: o.RxShards}
 	if prov != "rxe" {
 		// A kernel device: the name, or an address given, picks it (the
 		// provider refuses the Soft-RoCE socket settings).

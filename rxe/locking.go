@@ -11,10 +11,12 @@ package rxe
 //	                  QP.mu or Device.mu held.
 //	Device.defMu      Device.deferred, nDeferred and QP.listed: the QPs
 //	                  whose responses wait for the application (sched.go).
-//	receive token     Device.rxTok (busypoll.go): the right to read the
-//	                  device socket; guards Device.rb, rxState and the
-//	                  receive ICRC cache rxEncap. Taken with TryLock by a
-//	                  CQ poller, with Lock by the receive goroutine.
+//	receive token     rxShard.tok, one per receive shard (shard.go,
+//	                  busypoll.go): the right to read the shard's socket;
+//	                  guards the shard's rb, st and ICRC cache encap.
+//	                  Taken with TryLock by a CQ poller, with Lock by the
+//	                  shard's receive goroutine. Tokens of different
+//	                  shards never nest.
 //	QP.mu             the QP engine: state, attr, dst, mtu, sq, rq, cap,
 //	                  the roles (req, resp, comp), both lanes' cur
 //	                  batches, the round flags (woke, hdue, pushed,
@@ -41,7 +43,8 @@ package rxe
 //
 //	mcastTable.mu → QP.mu                     (AttachMcast: is it dead?)
 //	receive token → QP.inMu                   (queueBatch → enqueue)
-//	receive token → Device.defMu → QP.mu      (rxLoopPoll → flushDeferred)
+//	receive token → Device.defMu → QP.mu      (rxShard.rxLoopPoll →
+//	                                           Device.flushDeferred)
 //	receive token → QP.mu (TryLock only)      (runBatch → runInline)
 //	QP.mu → QP.inMu                           (process)
 //	QP.mu → txLane.mu (req, then resp)        (take, add, swapSport)
@@ -90,9 +93,11 @@ package rxe
 //     kicks the loop's select; a round tests every deadline
 //     (checkTimers) and re-arms lazily (armTimer), so spurious and early
 //     wakeups are harmless.
-//  3. Per-QP order. Only the receive-token holder reads the socket and
-//     it queues a batch's packets (queueBatch) before any of them is
-//     processed, so each QP's inbound ring is in arrival order. Packets
+//  3. Per-QP order. Only a shard's receive-token holder reads the
+//     shard's socket and it queues a batch's packets (queueBatch) before
+//     any of them is processed, so the packets that arrive through one
+//     shard reach a QP's inbound ring in arrival order (shard.go states
+//     what holds when one QP's packets arrive through two shards). Packets
 //     are built under QP.mu in PSN order into a lane's cur batch; take
 //     hands the batch to the lane's out under QP.mu and the lane mutex,
 //     and the next take waits for that mutex until the batch is sent, so
@@ -116,7 +121,7 @@ package rxe
 //     with itself (CQ.hrun).
 //  6. Response deferral. With sendYield a round whose completion woke a
 //     channel reader yields before sending its responses; with sendDefer
-//     (a CQ poller holding the token) they stay queued for the poller's
+//     (a CQ poller holding a token) they stay queued for the poller's
 //     next post, its next empty Poll or ReqNotify (Device.flushDeferred),
 //     or respDue, at most respDeferMax later, which the QP timer
 //     enforces. Requests are never deferred.

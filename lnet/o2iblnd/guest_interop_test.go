@@ -2,6 +2,7 @@ package o2iblnd_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"softib/lnet/o2iblnd"
 	"softib/rdmacm"
 	"softib/rxe"
+	"softib/verbs"
 	"softib/wire/lnetwire"
 )
 
@@ -390,4 +392,68 @@ func TestGuestInteropO2ib(t *testing.T) {
 			}
 		}
 	}
+
+	guestKernelConnsPerPeer(ctx, t, v, dev, m, host, guest)
+}
+
+// guestKernelConnsPerPeer runs in the same guest as TestGuestInteropO2ib,
+// once its Python peer is done: the Lustre 2.17 kernel's own LNet and
+// ko2iblnd (the image's modules, conns_per_peer 1) on the guest's
+// rdma_rxe, and a softib node with conns_per_peer 2 on the same host
+// device. softib opens two RC connections to the kernel, which accepts
+// both (kiblnd_passive_connect: no race while it is not connecting);
+// softib's pings go round-robin over them, the kernel's pings of softib
+// go over the connections it accepted, every ping is answered and the
+// kernel logs no LNetError.
+func guestKernelConnsPerPeer(ctx context.Context, t *testing.T, v *vm.VM, dev verbs.Device, m *rdmacm.Manager, host, guest netip.Addr) {
+	t.Helper()
+	up := `set -e
+for m in libcfs lnet ko2iblnd; do modprobe $m; done
+lnetctl lnet configure
+lnetctl net add --net o2ib --if eth0 --skip-mr-route-setup
+lnetctl net show --net o2ib`
+	if r, err := v.Run(ctx, "kernel-lnet-up", up, 2*time.Minute); err != nil || r.Code != 0 {
+		t.Fatalf("guest kernel LNet up: %v rc %d\n%s%s", err, r.Code, r.Stdout, r.Stderr)
+	}
+	x := newNodeOn(t, dev, m, host, o2iblnd.Config{ConnsPerPeer: 2})
+	g4 := guest.As4()
+	knid := lnetwire.MakeNID(lnetwire.MakeNet(lnetwire.O2IBLND, 0), uint32(g4[0])<<24|uint32(g4[1])<<16|uint32(g4[2])<<8|uint32(g4[3]))
+	ping := func(i int) {
+		t.Helper()
+		if _, err := x.in.Ping(ctx, lnetwire.ProcessID{NID: knid, PID: lnetwire.PIDLustre}, 30*time.Second); err != nil {
+			t.Fatalf("softib ping %d of the kernel's %s: %v", i, knid, err)
+		}
+	}
+	ping(0)
+	// The first ping went on the first connection up; the second may
+	// still be connecting (hang guard only).
+	for deadline := time.Now().Add(time.Minute); x.drv().Conns(knid) < 2; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("softib has %d connections to the kernel, want 2 (conns_per_peer)", x.drv().Conns(knid))
+		}
+	}
+	for i := 1; i <= 8; i++ {
+		ping(i)
+	}
+	r, err := v.Run(ctx, "kernel-ping", fmt.Sprintf(`set -e
+for i in 1 2 3 4; do lnetctl ping --timeout 30 %s@o2ib; done
+dmesg | grep -E 'LNetError|BUG|Oops' && exit 3 || true`, host), 3*time.Minute)
+	if err != nil || r.Code != 0 {
+		t.Fatalf("kernel pings of softib: %v rc %d\n%s%s", err, r.Code, r.Stdout, r.Stderr)
+	}
+	if strings.Count(r.Stdout, "nid: "+host.String()+"@o2ib") < 4 {
+		t.Fatalf("kernel pings of softib: replies do not name %s@o2ib:\n%s", host, r.Stdout)
+	}
+	sends := x.drv().ConnSends(knid)
+	if len(sends) != 2 || sends[0] == 0 || sends[1] == 0 {
+		t.Fatalf("softib messages per connection to the kernel %v, want 2 connections both used", sends)
+	}
+	st := x.drv().Stats()
+	if st.Races.Load()+st.Malformed.Load()+st.Stale.Load()+st.ConnectFailures.Load()+st.CreditOverflow.Load() != 0 {
+		t.Errorf("o2iblnd with the kernel: races %d malformed %d stale %d connect failures %d overflow %d", st.Races.Load(),
+			st.Malformed.Load(), st.Stale.Load(), st.ConnectFailures.Load(), st.CreditOverflow.Load())
+	}
+	t.Logf("conns_per_peer 2 with the kernel's ko2iblnd: %d connections established, messages per connection %v, %d received",
+		st.ConnsEstablished.Load(), sends, st.RxMsgs.Load())
+	x.in.Close()
 }

@@ -42,7 +42,8 @@ type Stats struct {
 	HdrTooShort   stats.Counter // shorter than BTH + ext headers + ICRC
 	BadTVer       stats.Counter // TVer != 0
 	BadOpcode     stats.Counter // opcode not in the table (or RD/CNP)
-	BadPad        stats.Counter // pad larger than the payload area
+	BadPad        stats.Counter // payload + pad not a multiple of 4
+	BadPayload    stats.Counter // payload or pad on an opcode that carries none
 	NoQP          stats.Counter // DestQP unknown or 0
 	BadQPType     stats.Counter // opcode transport does not match QP type
 	BadQPState    stats.Counter // QP not in a state that receives
@@ -555,23 +556,31 @@ func (d *Device) checkICRC(p *packet, enc *encapCache) bool {
 	return true
 }
 
-var (
-	errShort  = errors.New("short")
-	errTVer   = errors.New("tver")
-	errOpcode = errors.New("opcode")
-	errPad    = errors.New("pad")
-)
+// errTransport rejects a known opcode of a transport rxe does not serve
+// (RD, CNP, XRC): counted with the unknown ones in BadOpcode.
+var errTransport = errors.New("rxe: opcode of an unsupported transport")
 
+// countParseErr counts a receive-check rejection by its typed reason
+// (roce.ParseError from roce.Parse, or errTransport).
 func (d *Device) countParseErr(err error) {
-	switch err {
-	case errShort:
+	var pe roce.ParseError
+	if !errors.As(err, &pe) {
+		if err == errTransport {
+			d.stats.BadOpcode.Inc()
+		}
+		return
+	}
+	switch pe {
+	case roce.ErrTruncated:
 		d.stats.HdrTooShort.Inc()
-	case errTVer:
+	case roce.ErrBadVersion:
 		d.stats.BadTVer.Inc()
-	case errOpcode:
+	case roce.ErrUnknownOpcode:
 		d.stats.BadOpcode.Inc()
-	case errPad:
+	case roce.ErrBadPad:
 		d.stats.BadPad.Inc()
+	case roce.ErrUnexpectedPayload:
+		d.stats.BadPayload.Inc()
 	}
 }
 
@@ -593,31 +602,24 @@ func (d *Device) getPacket() *packet { return d.pool.Get().(*packet) }
 
 func (d *Device) putPacket(p *packet) { d.pool.Put(p) }
 
-// parse validates the header stack against the opcode table (so that no
-// accessor reads past the datagram) and fills the parse fields.
+// parse validates the datagram with roce.Parse, wire/roce's one codec
+// path (header stack against the opcode table, so that no accessor reads
+// past the datagram; pad and payload rules), keeps the transports rxe
+// serves, and fills the parse fields. Errors are roce.ParseError values
+// or errTransport, for countParseErr.
 func (p *packet) parse() error {
-	if p.n < roce.BTHSize+roce.ICRCSize || p.n > len(p.buf) {
-		return errShort
+	if p.n > len(p.buf) {
+		return roce.ErrTruncated // the socket cut it to the buffer
 	}
-	bth := roce.BTH(p.buf[:roce.BTHSize])
-	if bth.TVer() != 0 {
-		return errTVer
+	pk, err := roce.Parse(p.buf[:p.n])
+	if err != nil {
+		return err
 	}
-	op := bth.Opcode()
-	t := op.Transport()
-	if !op.Valid() || (t != roce.TransportRC && t != roce.TransportUC && t != roce.TransportUD) {
-		return errOpcode
+	op := pk.Opcode()
+	if t := op.Transport(); t != roce.TransportRC && t != roce.TransportUC && t != roce.TransportUD {
+		return errTransport
 	}
-	hl := op.HeaderLen()
-	pay := p.n - hl - roce.ICRCSize
-	if pay < 0 {
-		return errShort
-	}
-	pad := bth.PadCnt()
-	if pad > pay {
-		return errPad
-	}
-	p.op, p.hdr, p.pay, p.psn = op, hl, pay-pad, bth.PSN()
+	p.op, p.hdr, p.pay, p.psn = op, pk.HeaderLen(), pk.PayloadLen(), pk.PSN()
 	return nil
 }
 

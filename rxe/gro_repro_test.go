@@ -37,7 +37,7 @@ func groDev(t testing.TB, cfg rxe.Config, uc udp.Config) (*rxe.Device, *udp.Sock
 // malformed is the sum of the device counters that a datagram cut or
 // merged wrongly on receive would show up in.
 func malformed(st map[string]uint64) uint64 {
-	return st["HdrTooShort"] + st["BadTVer"] + st["BadOpcode"] + st["BadPad"] + st["BadLength"] +
+	return st["HdrTooShort"] + st["BadTVer"] + st["BadOpcode"] + st["BadPad"] + st["BadPayload"] + st["BadLength"] +
 		st["BadResp"] + st["ICRCErr"] + st["NoQP"] + st["BadQPType"] + st["BadPKey"] + st["BadSrcAddr"]
 }
 

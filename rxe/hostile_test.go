@@ -180,7 +180,7 @@ func TestForeignFlood(t *testing.T) {
 	st := b.dev.Stats()
 	t.Logf("%d foreign and %d peer-address hostile packets during %d good messages; heap %d -> %d KiB; drops: BadSrcAddr %d NoQP %d ICRCErr %d parse %d; DupReq %d OutOfSeqReq %d",
 		f.sent.Load(), fp.sent.Load(), msgs, before.HeapInuse>>10, after.HeapInuse>>10,
-		st["BadSrcAddr"], st["NoQP"], st["ICRCErr"], st["HdrTooShort"]+st["BadTVer"]+st["BadOpcode"]+st["BadPad"], st["DupReq"], st["OutOfSeqReq"])
+		st["BadSrcAddr"], st["NoQP"], st["ICRCErr"], st["HdrTooShort"]+st["BadTVer"]+st["BadOpcode"]+st["BadPad"]+st["BadPayload"], st["DupReq"], st["OutOfSeqReq"])
 	if f.sent.Load() < 1000 || fp.sent.Load() < 1000 {
 		t.Fatalf("only %d+%d hostile packets sent", f.sent.Load(), fp.sent.Load())
 	}

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"softib/internal/pool"
 	"softib/internal/seqnum"
 	"softib/internal/stats"
 	"softib/udp"
@@ -76,7 +77,7 @@ type Device struct {
 	gids  [2]verbs.GID
 	mtu   verbs.MTU
 	keys  keyTable
-	pool  sync.Pool // *packet
+	pool  pool.Pool[packet] // receive and send buffers
 	// sports are the send-only sockets of the QPs' source ports (sport.go).
 	sports sportTable
 	// mcast are the multicast groups QPs are attached to (mcast.go).
@@ -182,7 +183,6 @@ func Open(cfg Config) (verbs.Device, error) {
 		qps:     map[*QP]struct{}{},
 		events:  make(chan verbs.AsyncEvent, eventQueueLen),
 	}
-	d.pool.New = func() any { return new(packet) }
 	d.guid = nodeGUID(addr, la.Port())
 	d.sports.init(conn, addr, c.FixedSourcePort)
 	d.gids[0] = verbs.LinkLocalGID(d.guid)
@@ -598,7 +598,7 @@ type packet struct {
 	psn seqnum.PSN
 }
 
-func (d *Device) getPacket() *packet { return d.pool.Get().(*packet) }
+func (d *Device) getPacket() *packet { return d.pool.Get() }
 
 func (d *Device) putPacket(p *packet) { d.pool.Put(p) }
 

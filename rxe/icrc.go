@@ -1,7 +1,6 @@
 package rxe
 
 import (
-	"encoding/binary"
 	"net/netip"
 
 	"softib/wire/roce"
@@ -33,41 +32,12 @@ func (c *encapCache) get(src, dst netip.AddrPort) *roce.Encap {
 func grhArea(b []byte, src, dst netip.Addr, udpPayload int) {
 	_ = b[39]
 	clear(b[:40])
-	src, dst = src.Unmap(), dst.Unmap()
-	if src.Is4() {
-		h := b[20:40]
-		h[0] = 0x45
-		binary.BigEndian.PutUint16(h[2:], uint16(20+8+udpPayload))
-		h[6] = 0x40 // DF
-		h[8] = 64
-		h[9] = 17
-		s4, d4 := src.As4(), dst.As4()
-		copy(h[12:], s4[:])
-		copy(h[16:], d4[:])
-		binary.BigEndian.PutUint16(h[10:], ipv4Checksum(h))
+	f := roce.IPFields{Src: src, Dst: dst, TTL: 64, Payload: roce.UDPHeaderLen + udpPayload}
+	if src.Unmap().Is4() {
+		roce.PutIPHeader(b[40-roce.IPv4HeaderLen:40], &f)
 		return
 	}
-	h := b[:40]
-	h[0] = 0x60
-	binary.BigEndian.PutUint16(h[4:], uint16(8+udpPayload))
-	h[6] = 17
-	h[7] = 64
-	s16, d16 := src.As16(), dst.As16()
-	copy(h[8:], s16[:])
-	copy(h[24:], d16[:])
-}
-
-// ipv4Checksum returns the header checksum of h (whose checksum field is
-// zero).
-func ipv4Checksum(h []byte) uint16 {
-	var sum uint32
-	for i := 0; i+1 < len(h); i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(h[i:]))
-	}
-	for sum>>16 != 0 {
-		sum = sum&0xFFFF + sum>>16
-	}
-	return ^uint16(sum)
+	roce.PutIPHeader(b[:40], &f)
 }
 
 // SourcePort returns the UDP source port Linux rxe uses for a QP

@@ -22,7 +22,7 @@ func TestSourcePort(t *testing.T) {
 func TestGRHAreaChecksum(t *testing.T) {
 	var b [40]byte
 	grhArea(b[:], netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), 100)
-	if ipv4Checksum(b[20:40]) != 0 {
+	if roce.IPv4Checksum(b[20:40]) != 0 {
 		t.Fatalf("IPv4 header checksum does not verify: % x", b[20:])
 	}
 }

@@ -14,36 +14,10 @@ func (e *Encap) AppendFrame(dst, pkt []byte) []byte {
 	c := &e.cfg
 	udpLen := UDPHeaderLen + len(pkt)
 	start := len(dst)
-	var ipLen int
-	if e.v6 {
-		var ip [IPv6HeaderLen]byte
-		binary.BigEndian.PutUint32(ip[0:], 6<<28|uint32(c.TOS)<<20|c.FlowLabel&0xFFFFF)
-		binary.BigEndian.PutUint16(ip[4:], uint16(udpLen))
-		ip[6] = 17
-		ip[7] = c.TTL
-		s, d := c.Src.Addr().As16(), c.Dst.Addr().As16()
-		copy(ip[8:], s[:])
-		copy(ip[24:], d[:])
-		dst = append(dst, ip[:]...)
-		ipLen = IPv6HeaderLen
-	} else {
-		var ip [IPv4HeaderLen]byte
-		ip[0] = 0x45
-		ip[1] = c.TOS
-		binary.BigEndian.PutUint16(ip[2:], uint16(IPv4HeaderLen+udpLen))
-		binary.BigEndian.PutUint16(ip[4:], c.IPv4ID)
-		if !c.NoDF {
-			ip[6] = 0x40
-		}
-		ip[8] = c.TTL
-		ip[9] = 17
-		s, d := c.Src.Addr().As4(), c.Dst.Addr().As4()
-		copy(ip[12:], s[:])
-		copy(ip[16:], d[:])
-		binary.BigEndian.PutUint16(ip[10:], ^fold(sum16(0, ip[:])))
-		dst = append(dst, ip[:]...)
-		ipLen = IPv4HeaderLen
-	}
+	var hdr [IPv6HeaderLen]byte
+	ipLen := PutIPHeader(hdr[:], &IPFields{Src: c.Src.Addr(), Dst: c.Dst.Addr(), TOS: c.TOS, TTL: c.TTL,
+		IPv4ID: c.IPv4ID, NoDF: c.NoDF, FlowLabel: c.FlowLabel, Payload: udpLen})
+	dst = append(dst, hdr[:ipLen]...)
 	var udp [UDPHeaderLen]byte
 	binary.BigEndian.PutUint16(udp[0:], c.Src.Port())
 	binary.BigEndian.PutUint16(udp[2:], c.Dst.Port())

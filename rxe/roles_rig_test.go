@@ -57,6 +57,15 @@ const (
 // registered buffer of bufSize bytes, and locks the QP.
 func newRoleRig(t *testing.T, bufSize int) *roleRig {
 	t.Helper()
+	return newRoleRigType(t, verbs.QPTypeRC, bufSize)
+}
+
+// rigQKey is the UD rig QP's Q_Key.
+const rigQKey = 0x1234
+
+// newRoleRigType is newRoleRig for a QP of type typ (RC, UC or UD).
+func newRoleRigType(t *testing.T, typ verbs.QPType, bufSize int) *roleRig {
+	t.Helper()
 	r := &roleRig{t: t, peer: rigPeer}
 	nw := udptest.NewNetwork(1)
 	t.Cleanup(func() { nw.Close() })
@@ -88,7 +97,7 @@ func newRoleRig(t *testing.T, bufSize int) *roleRig {
 		t.Fatal(err)
 	}
 	r.mr = mrv.(*MR)
-	qv, err := pd.CreateQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cqv, RecvCQ: cqv,
+	qv, err := pd.CreateQP(&verbs.QPInitAttr{Type: typ, SendCQ: cqv, RecvCQ: cqv,
 		Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		t.Fatal(err)
@@ -100,17 +109,26 @@ func newRoleRig(t *testing.T, bufSize int) *roleRig {
 			t.Fatal(err)
 		}
 	}
-	av := verbs.AHAttr{IsGlobal: true, GRH: verbs.GlobalRoute{DGID: verbs.GIDFromAddr(rigPeer.Addr()), SGIDIndex: 1}}
-	mod(verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1, AccessFlags: all},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags)
-	mod(verbs.QPAttr{State: verbs.QPStateRTR, AH: av, PathMTU: verbs.MTU1024, DestQPN: rigDestQPN, RQPSN: rigRQPSN,
-		MaxDestRdAtomic: rigRdAtomic, MinRNRTimer: rigMinRNR},
-		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
-			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer)
-	mod(verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: rigSQPSN, Timeout: rigTimeout, RetryCnt: rigRetry,
-		RNRRetry: rigRNRRetry, MaxRdAtomic: rigRdAtomic},
-		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
-			verbs.QPAttrMaxQPRdAtomic)
+	if typ == verbs.QPTypeUD {
+		mod(verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1, QKey: rigQKey},
+			verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrQKey)
+		mod(verbs.QPAttr{State: verbs.QPStateRTR}, verbs.QPAttrState)
+		mod(verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: rigSQPSN}, verbs.QPAttrState|verbs.QPAttrSQPSN)
+	} else {
+		rtr := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN
+		rts := verbs.QPAttrState | verbs.QPAttrSQPSN
+		if typ == verbs.QPTypeRC {
+			rtr |= verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
+			rts |= verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
+		}
+		av := verbs.AHAttr{IsGlobal: true, GRH: verbs.GlobalRoute{DGID: verbs.GIDFromAddr(rigPeer.Addr()), SGIDIndex: 1}}
+		mod(verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1, AccessFlags: all},
+			verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags)
+		mod(verbs.QPAttr{State: verbs.QPStateRTR, AH: av, PathMTU: verbs.MTU1024, DestQPN: rigDestQPN, RQPSN: rigRQPSN,
+			MaxDestRdAtomic: rigRdAtomic, MinRNRTimer: rigMinRNR}, rtr)
+		mod(verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: rigSQPSN, Timeout: rigTimeout, RetryCnt: rigRetry,
+			RNRRetry: rigRNRRetry, MaxRdAtomic: rigRdAtomic}, rts)
+	}
 	// Hold the engine from here on; cleanups run last-in first-out, so
 	// the QP is unlocked before the device closes.
 	r.q.mu.Lock()

@@ -438,3 +438,56 @@ func TestRequesterFence(t *testing.T) {
 	q.req.run(rigNow, procBudget)
 	r.want("fenced SEND after the READ", exp(roce.RCSendOnly, rigSQPSN+1))
 }
+
+// TestResponderUC: a UC message that lost a packet is dropped up to the
+// next FIRST/ONLY, whose message then fills the receive WQE the broken
+// one had taken; UC sends no ACKs.
+func TestResponderUC(t *testing.T) {
+	r := newRoleRigType(t, verbs.QPTypeUC, 1<<16)
+	mtu := bytes.Repeat([]byte{0x5A}, 1024)
+	r.postRecv(1, 0, 4096)
+	dropped := r.q.dev.stats.UCDropped.Load()
+	r.request(rigNow, roce.UCSendFirst, rigRQPSN, mtu, nil)
+	// The MIDDLE at rigRQPSN+1 is lost.
+	r.request(rigNow, roce.UCSendLast, rigRQPSN+2, mtu[:10], nil)
+	if r.q.dev.stats.UCDropped.Load() != dropped+1 {
+		t.Fatal("LAST after a lost MIDDLE not dropped")
+	}
+	r.wantWCs("broken UC message")
+	msg := []byte("next message")
+	r.request(rigNow, roce.UCSendOnly, rigRQPSN+3, msg, nil)
+	r.wantWCs("UC message after the gap", verbs.WC{WRID: 1, Opcode: verbs.WCRecv, ByteLen: uint32(len(msg))})
+	if !bytes.Equal(r.buf[:len(msg)], msg) {
+		t.Fatalf("received %q", r.buf[:len(msg)])
+	}
+	r.want("UC")
+}
+
+// TestResponderUD: a UD SEND needs the QP's Q_Key; it lands behind the
+// 40-byte GRH area with the sender's QPN.
+func TestResponderUD(t *testing.T) {
+	r := newRoleRigType(t, verbs.QPTypeUD, 1<<16)
+	r.postRecv(1, 0, 1024)
+	deth := func(qkey uint32) func(b []byte) {
+		return func(b []byte) {
+			roce.DETH(b[roce.BTHSize:]).Encode(&roce.DETHFields{QKey: qkey, SrcQP: 0x77})
+		}
+	}
+	msg := []byte("datagram")
+	bad := r.q.dev.stats.BadQKey.Load()
+	r.request(rigNow, roce.UDSendOnly, 9, msg, deth(rigQKey+1))
+	if r.q.dev.stats.BadQKey.Load() != bad+1 {
+		t.Fatal("wrong Q_Key not counted")
+	}
+	r.wantWCs("wrong Q_Key")
+	r.request(rigNow, roce.UDSendOnly, 10, msg, deth(rigQKey))
+	got := r.wcs()
+	if len(got) != 1 || got[0].WRID != 1 || got[0].Status != verbs.WCSuccess || got[0].ByteLen != uint32(40+len(msg)) ||
+		got[0].SrcQP != 0x77 || got[0].Flags&verbs.WCFlagGRH == 0 {
+		t.Fatalf("UD completion %+v", got)
+	}
+	if !bytes.Equal(r.buf[40:40+len(msg)], msg) {
+		t.Fatalf("received %q behind the GRH area", r.buf[40:40+len(msg)])
+	}
+	r.want("UD")
+}

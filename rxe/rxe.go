@@ -12,7 +12,10 @@
 //	              atomic responses, duplicate replay from the resource ring
 //	completer.go  ACK/NAK/response packets → send completions, retransmit
 //	              and RNR timers, go-back-N
-//	qp.go         QP object, state machine, post/modify/flush, run loop
+//	qp.go …       the QP: object, QP table, modify/state, post, the
+//	              processing round and run loop, scheduling, tx batching
+//	              (file map in engine.go)
+//	locking.go    every mutex, the lock order, the scheduling invariants
 //	busypoll.go   the receive token: CQ pollers (busy-poll mode, or
 //	              spinning) read the socket (busypoll_linux.go:
 //	              non-blocking recvmmsg)

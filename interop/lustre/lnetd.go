@@ -219,6 +219,40 @@ func (d *Lnetd) Restart() {
 	}
 }
 
+// Reconfigure stops lnetd (SIGTERM) and starts it again with cfg (a new
+// process and incarnation). It fails the test on error.
+func (d *Lnetd) Reconfigure(cfg LnetdConfig) {
+	d.t.Helper()
+	d.Stop()
+	if err := os.WriteFile(d.config, []byte(cfg.Config(d.g.VM.HostIP())), 0o644); err != nil {
+		d.t.Fatal(err)
+	}
+	if err := d.start(); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+// PrimaryFirst returns [Nets] with net first: an lnetd with those nets
+// has its NI on net as its primary NID (the first NID of its ping
+// buffer).
+//
+// A kernel that discovered softib as a Multi-Rail peer knows it by that
+// primary NID: it is the initiator of everything softib sends, and the
+// kernel's unique portals (lnet_selftest's reply and bulk portal) look MEs
+// up by the initiator's NID, so an ME posted for another NID of softib is
+// not found (a lost reply, an RPC timeout, ENODATA for a bulk GET).
+// lnet_selftest posts its MEs for the NID the console named: the lst tests
+// name softib by its primary NID, as for a Multi-Rail kernel node.
+func PrimaryFirst(net string) []string {
+	out := []string{net}
+	for _, n := range Nets {
+		if n != net {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // Running reports whether the lnetd process is alive.
 func (d *Lnetd) Running() bool {
 	d.mu.Lock()

@@ -25,7 +25,11 @@ import (
 // The kernel's node runs with one net at a time (LNetUp(net)): a kernel
 // console reaching its own node through a secondary NID fails with -110
 // (../shared/lustre/README.md), so on o2ib the guest's only (primary) NID
-// is its o2ib one. softib lnetd keeps both nets throughout.
+// is its o2ib one. softib lnetd keeps both nets throughout, with discovery
+// on (so the kernel discovers it as a Multi-Rail peer), its NI on the net
+// under test first: the kernel matches lnet_selftest's replies and bulk by
+// softib's primary NID (see lustre.PrimaryFirst), so the console names
+// softib by its primary NID, as it must name a Multi-Rail kernel node.
 
 // lstKey is the kernel lst's LST_SESSION (its netlink port key).
 const lstKey = "4242"
@@ -261,14 +265,22 @@ func lstNets() []string {
 }
 
 // upNet brings the kernel's LNet up on net alone (reloading the modules
-// when they are loaded).
-func upNet(t *testing.T, g *lustre.Guest, i int, net string) {
+// when they are loaded) and, after the first net, restarts softib's lnetd
+// with its NI on net as primary NID (see [lustre.PrimaryFirst]).
+func upNet(t *testing.T, g *lustre.Guest, d *lustre.Lnetd, i int, net string) {
 	t.Helper()
 	if i == 0 {
 		g.LNetUp(net)
 	} else {
 		g.ReloadModules(net)
+		d.Reconfigure(lnetdFor(net))
 	}
+}
+
+// lnetdFor is softib lnetd's configuration for the lst tests on net: both
+// nets, the NI on net primary.
+func lnetdFor(net string) lustre.LnetdConfig {
+	return lustre.LnetdConfig{Nets: lustre.PrimaryFirst(net)}
 }
 
 // kernelGroups adds the kern, soft and mixed groups to the kernel
@@ -300,9 +312,9 @@ func TestInteropLstKernelConsole(t *testing.T) {
 		return
 	}
 	c := g.Capture(t)
-	d := lustre.StartLnetd(t, g, lustre.LnetdConfig{})
+	d := lustre.StartLnetd(t, g, lnetdFor(lstNets()[0]))
 	for i, net := range lstNets() {
-		upNet(t, g, i, net)
+		upNet(t, g, d, i, net)
 		start := time.Now()
 		out := mustKernelLst(t, g, "new_session --force --timeout 300 k2s_"+net)
 		out += kernelGroups(t, g, d, net)
@@ -357,9 +369,10 @@ func checkLstDecodeFrom(t *testing.T, host, guest, path string) {
 	t.Helper()
 	rows := tsharktest.Fields(t, path, []string{"frame.number", "ip.src", "_ws.malformed", "_ws.expert.severity",
 		"_ws.expert.message", "_ws.col.Info", "lnet.ksm_type", "lnet.ib.type", "lnet.msg_type", "lnet.ptl_index",
-		"lnet.payload_length", "infiniband.mad.attributeid", "lnet.ib.magic"},
+		"lnet.payload_length", "infiniband.mad.attributeid", "lnet.ib.magic", "lnet.msg_dst_match_bits"},
 		"-d", "tcp.port==988,lnet", "--disable-protocol", "rpcordma")
 	unknownPortal := map[string]int{}
+	pushes := map[string]int{} // discovery pushes Wireshark flags, by sender
 	lnetMsgs := map[string]int{}
 	sock, ib := 0, 0
 	bad, rejects := 0, 0
@@ -401,6 +414,10 @@ func checkLstDecodeFrom(t *testing.T, host, guest, path string) {
 		if r[2] == "" && len(errs) == 0 && !strings.Contains(r[5], "Malformed") {
 			continue
 		}
+		if lustre.PushFrame(errs, r[8], r[9], r[13]) {
+			pushes[r[1]]++
+			continue
+		}
 		known := len(errs) > 0 && len(ptls) > 0
 		for _, e := range errs {
 			known = known && wsUnknownPortal.MatchString(e)
@@ -421,7 +438,8 @@ func checkLstDecodeFrom(t *testing.T, host, guest, path string) {
 		t.Errorf("tshark: %d frames malformed or in error in all", bad)
 	}
 	t.Logf("tshark: %d frames; LNet messages %v; socklnd frames %d, o2iblnd frames %d; kib_rej REJs %d; "+
-		"PUTs to a selftest portal Wireshark cannot decode, by sender: %v", len(rows), lnetMsgs, sock, ib, rejects, unknownPortal)
+		"PUTs to a selftest portal Wireshark cannot decode, by sender: %v; discovery pushes it flags, by sender: %v",
+		len(rows), lnetMsgs, sock, ib, rejects, unknownPortal, pushes)
 	if unknownPortal[host] > 0 && unknownPortal[guest] == 0 {
 		t.Errorf("tshark flags softib's selftest PUTs as malformed but none of the kernel's")
 	}
@@ -490,10 +508,10 @@ func TestInteropLstSoftibConsole(t *testing.T) {
 		return
 	}
 	c := g.Capture(t)
-	d := lustre.StartLnetd(t, g, lustre.LnetdConfig{})
+	d := lustre.StartLnetd(t, g, lnetdFor(lstNets()[0]))
 	dir := t.TempDir()
 	for i, net := range lstNets() {
-		upNet(t, g, i, net)
+		upNet(t, g, d, i, net)
 		sess := filepath.Join(dir, "lst-"+net+".json")
 		start := time.Now()
 		k, s := g.NID(net), d.NID(net)
@@ -557,9 +575,9 @@ func TestInteropLstSizes(t *testing.T) {
 		return
 	}
 	c := g.Capture(t)
-	d := lustre.StartLnetd(t, g, lustre.LnetdConfig{})
+	d := lustre.StartLnetd(t, g, lnetdFor(lstNets()[0]))
 	for i, net := range lstNets() {
-		upNet(t, g, i, net)
+		upNet(t, g, d, i, net)
 		start := time.Now()
 		mustKernelLst(t, g, "new_session --force --timeout 300 sizes_"+net)
 		kernelGroups(t, g, d, net)
@@ -604,7 +622,7 @@ func TestInteropLstLnetdCrash(t *testing.T) {
 		return
 	}
 	c := g.Capture(t)
-	d := lustre.StartLnetd(t, g, lustre.LnetdConfig{})
+	d := lustre.StartLnetd(t, g, lnetdFor(lstNets()[0]))
 	// What the crash makes the kernel log: the brw RPCs and bulk
 	// transfers in flight fail, and the LNDs lose the connection.
 	for _, re := range []string{
@@ -620,7 +638,7 @@ func TestInteropLstLnetdCrash(t *testing.T) {
 		g.AllowLNetError(re)
 	}
 	for i, net := range lstNets() {
-		upNet(t, g, i, net)
+		upNet(t, g, d, i, net)
 		k, s := g.NID(net), d.NID(net)
 		mustKernelLst(t, g, "new_session --force --timeout 300 crash_"+net)
 		kernelGroups(t, g, d, net)

@@ -59,3 +59,27 @@ func TestUpScript(t *testing.T) {
 		t.Errorf("shellQuote = %s", q)
 	}
 }
+
+func TestPushFrame(t *testing.T) {
+	wsErr := []string{"Capture:144 offset:96 (length:0) msg_type:1 ib_type:00"}
+	for _, c := range []struct {
+		errs               []string
+		types, ptls, mbits string
+		want               bool
+	}{
+		{wsErr, "1", "0", "0x8000000000000000", true},
+		{wsErr, "1,1", "0,0", "0x8000000000000000,0x8000000000000000", true},
+		{wsErr, "1", "0", "9223372036854775808", true},
+		{wsErr, "1", "52", "0x8000000000000000", false}, // selftest portal
+		{wsErr, "1", "0", "0x0000000000000001", false},  // not the ping bits
+		{wsErr, "2", "0", "0x8000000000000000", false},  // a ping GET
+		{wsErr, "1,1", "0,52", "0x8000000000000000,0x8000000000000000", false},
+		{[]string{"Malformed Packet"}, "1", "0", "0x8000000000000000", false},
+		{nil, "1", "0", "0x8000000000000000", false},
+		{wsErr, "", "", "", false},
+	} {
+		if got := PushFrame(c.errs, c.types, c.ptls, c.mbits); got != c.want {
+			t.Errorf("PushFrame(%q, %q, %q, %q) = %v, want %v", c.errs, c.types, c.ptls, c.mbits, got, c.want)
+		}
+	}
+}

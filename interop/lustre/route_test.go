@@ -265,9 +265,11 @@ func TestInteropRouteKernelRouter(t *testing.T) {
 func checkRouteDecode(t *testing.T, path, kernelIP string) {
 	t.Helper()
 	rows := tsharktest.Fields(t, path, []string{"frame.number", "ip.src", "_ws.malformed", "_ws.expert.severity",
-		"_ws.expert.message", "_ws.col.Info", "lnet.msg_type", "lnet.ptl_index", "lnet.ib.type", "lnet.ksm_type"},
+		"_ws.expert.message", "_ws.col.Info", "lnet.msg_type", "lnet.ptl_index", "lnet.ib.type", "lnet.ksm_type",
+		"lnet.msg_dst_match_bits"},
 		"-d", "tcp.port==988,lnet", "--disable-protocol", "rpcordma")
 	known := map[string]map[string]int{} // sender → "msg_type/ib_type" → frames
+	pushes := map[string]int{}           // sender → discovery push frames flagged
 	lnetMsgs := map[string]int{}
 	sock, ib, bad := 0, 0, 0
 	for _, r := range rows {
@@ -295,6 +297,10 @@ func checkRouteDecode(t *testing.T, path, kernelIP string) {
 		if r[2] == "" && len(errs) == 0 && !strings.Contains(r[5], "Malformed") {
 			continue
 		}
+		if lustre.PushFrame(errs, r[6], r[7], r[10]) {
+			pushes[r[1]]++ // a discovery push (lustre.PushFrame)
+			continue
+		}
 		ok := len(errs) > 0 && len(types) > 0
 		for _, e := range errs {
 			ok = ok && wsUnknownPortal.MatchString(e)
@@ -314,8 +320,8 @@ func checkRouteDecode(t *testing.T, path, kernelIP string) {
 			t.Errorf("tshark: frame %s from %s malformed or in error: %q (%s)", r[0], r[1], errs, r[5])
 		}
 	}
-	t.Logf("tshark: %d frames; LNet messages %v; socklnd frames %d, o2iblnd frames %d; dissector limitation (msg_type/ib_type) by sender: %v",
-		len(rows), lnetMsgs, sock, ib, known)
+	t.Logf("tshark: %d frames; LNet messages %v; socklnd frames %d, o2iblnd frames %d; dissector limitation (msg_type/ib_type) by sender: %v; discovery pushes flagged, by sender: %v",
+		len(rows), lnetMsgs, sock, ib, known, pushes)
 	for ip, classes := range known {
 		if ip == kernelIP {
 			continue

@@ -49,7 +49,7 @@ func mustParse(t *testing.T, s string) lnetwire.NID {
 // lnetd.)
 func TestDiscoverCommand(t *testing.T) {
 	port := freePort(t)
-	// softib's lnetd defaults to discovery 0; these nodes turn it on.
+	// Discovery is on by default; these nodes say so, as the test is about it.
 	a := startInproc(t, testIP(), port, "    discovery: 1\n")
 	b := startInproc(t, testIP(), port, "    discovery: 1\n")
 	b2ip := testIP()

@@ -127,11 +127,7 @@ const maxInt32 = math.MaxInt32
 var globalTable = table{
 	{name: "numa_range", def: 0, min: 0, max: maxInt32, doc: "NUMA distance tolerance for NI selection"},
 	{name: "max_intf", def: 200, min: 16, max: maxInt32, doc: "most interfaces accepted in a ping reply"},
-	// Lustre defaults to 1; softib to 0 until its discovery interoperates
-	// with the kernel's on nodes with NIs on several nets (the kernel then
-	// takes softib for a Multi-Rail peer and matches its bulk MDs by a
-	// primary NID lnet_selftest did not post them for: ENODATA).
-	{name: "discovery", def: 0, min: 0, max: 1, doc: "dynamic peer discovery (softib's default 0; set 1 for Multi-Rail discovery)"},
+	{name: "discovery", def: 1, min: 0, max: 1, doc: "dynamic peer discovery"},
 	{name: "drop_asym_route", def: 0, min: 0, max: 1, doc: "drop messages arriving over asymmetric routes"},
 	{name: "retry_count", def: 2, min: 0, max: 128, doc: "resends of a failed message"},
 	{name: "transaction_timeout", def: 150, min: 1, max: maxInt32, doc: "seconds a transaction (ping, GET) may take"},

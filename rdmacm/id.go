@@ -41,7 +41,8 @@ type ID struct {
 	// InitQPAttr before Accept (a QP the application moves itself) and
 	// the REP agree, as the kernel's id_priv->seq_num does.
 	seq      uint32
-	ud       UDParam // the peer's UD QP (after SIDR_REP)
+	ud       UDParam            // the peer's UD QP (after SIDR_REP)
+	mcs      map[netip.Addr]any // joined multicast groups and their contexts (mcast.go)
 	rejected bool
 	// k is the kernel's rdma_cm_id when the manager serves kernel
 	// devices (kernel.go); nil on softib devices.
@@ -761,6 +762,7 @@ func (id *ID) Destroy() error {
 		id.cmID.Destroy()
 	}
 	id.leaveBacklogLocked()
+	id.leaveAllLocked()
 	port := id.port
 	id.port = 0
 	id.mu.Unlock()

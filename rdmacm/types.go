@@ -170,8 +170,13 @@ type Event struct {
 	Err error
 	// Conn is set for connected port spaces (TCP, IB).
 	Conn ConnParam
-	// UD is set for UD port spaces (UDP).
+	// UD is set for UD port spaces (UDP), and for MULTICAST_JOIN.
 	UD UDParam
+	// McastAddr is the group of MULTICAST_JOIN and MULTICAST_ERROR.
+	McastAddr netip.Addr
+	// McastContext is the context given to JoinMulticast (what
+	// librdmacm returns in the event's ud.private_data).
+	McastContext any
 }
 
 // Ack acknowledges the event (rdma_ack_cm_event). Events own their
@@ -185,6 +190,7 @@ const (
 	EINVAL        = 22
 	ENODEV        = 19
 	EADDRNOTAVAIL = 99
+	ENOSYS        = 38
 )
 
 // Errors; test with errors.Is.

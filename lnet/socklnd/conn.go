@@ -135,6 +135,7 @@ type conn struct {
 	// kept payloads of the batch: each spliced after iov[:at]
 	splices []spliceAt
 	sout    spliceIO
+	more    moreIO // sendmsg(MSG_MORE) of the bytes before a splice
 
 	// reader-owned
 	capNext bool     // the last payload was kept: read the next header alone
@@ -493,11 +494,10 @@ func (c *conn) write() error {
 	for i := range c.splices {
 		sp := &c.splices[i]
 		if err == nil {
-			c.bufs = c.iov[start:sp.at]
-			_, err = c.bufs.WriteTo(c.nc)
+			err = c.writeMore(c.iov[start:sp.at])
 		}
 		if err == nil {
-			err = c.spliceOut(sp.p)
+			err = c.spliceOut(sp.p, sp.at < len(c.iov) || i+1 < len(c.splices))
 		}
 		sp.p.l.putPipe(sp.p)
 		start = sp.at

@@ -18,12 +18,15 @@ type pipePool struct{}
 
 type spliceIO struct{}
 
-func (l *LND) putPipe(*keptPayload)              {}
-func (l *LND) closeIdlePipesLocked()             {}
-func (d *Driver) keepable() bool                 { return false }
-func (d *Driver) takeKept(*lnd.Msg) *keptPayload { return nil }
-func (c *conn) spliceOut(*keptPayload) error     { return nil }
-func rawConn(any) syscall.RawConn                { return nil }
+type moreIO struct{}
+
+func (l *LND) putPipe(*keptPayload)                {}
+func (l *LND) closeIdlePipesLocked()               {}
+func (d *Driver) keepable() bool                   { return false }
+func (d *Driver) takeKept(*lnd.Msg) *keptPayload   { return nil }
+func (c *conn) spliceOut(*keptPayload, bool) error { return nil }
+func (c *conn) writeMore([][]byte) error           { return nil }
+func rawConn(any) syscall.RawConn                  { return nil }
 
 // KeepsFor reports false: payloads are never kept off the router buffer.
 func (d *Driver) KeepsFor(lnd.Driver) bool { return false }

@@ -148,7 +148,7 @@ func testConnsPerPeerRace(t *testing.T) {
 }
 
 // TestConcurrentSends: one connection (conns_per_peer 1, peer_credits 8)
-// carries many 1 MiB transfers at once: the flow lets up to
+// carries many 256 KiB transfers at once: the flow lets up to
 // concurrent_sends messages and peer_credits requests out together, so
 // several RDMA transfers are in flight on the one QP (PeakConnTxs), and
 // every byte arrives intact.
@@ -156,11 +156,7 @@ func TestConcurrentSends(t *testing.T) { sim(t, 123, testConcurrentSends) }
 
 func testConcurrentSends(t *testing.T) {
 	a, b := newNode(t, o2iblnd.Config{}), newNode(t, o2iblnd.Config{})
-	rounds := 2
-	if testing.Short() {
-		rounds = 1
-	}
-	concurrentPutGets(t, a, b, 12, rounds, 1<<20, 0)
+	concurrentPutGets(t, a, b, 10, 2, 256<<10, 0)
 	if n := a.drv().Conns(b.nid); n != 1 {
 		t.Fatalf("%d connections, want 1", n)
 	}

@@ -33,6 +33,9 @@ func runDemo(args []string) int {
 	gbits := fs.Bool("report_gbits", false, "report Gb/sec instead of MB/sec in the RDMA sweep")
 	addrA := fs.String("addr-a", "", "address of the RDMA sweep's first device (default: the first of --addrs)")
 	addrB := fs.String("addr-b", "", "address of the RDMA sweep's second device (default: the second of --addrs)")
+	// The demo's rxe devices are published like every tool's: softib
+	// stat/res from another terminal, --pcap, --metrics.
+	devsel.RegisterObserve(fs)
 	if _, code, ok := parseTool(fs, args, "demo [--json] [--short] [--rdma | --no-rdma] [--tcp-only] [--addrs A,B,C] [--port N]"); !ok {
 		return code
 	}
@@ -116,8 +119,8 @@ func runDemoRDMA(cfg demo.Config, asJSON bool) int {
 	if err != nil {
 		return fail("demo", fmt.Errorf("%w (the demo binds %v and %v, UDP 4791; pick others with --addr-a/--addr-b)", err, cfg.AddrA, cfg.AddrB))
 	}
-	defer a.Close()
-	defer b.Close()
+	defer demo.CloseDevice(a)
+	defer demo.CloseDevice(b)
 	bar := progress.New(os.Stderr, cfg.Runs())
 	cfg.Start, cfg.Step = bar.Start, bar.Step
 	ctx, cancel := toolContext()

@@ -19,6 +19,7 @@ import (
 	"softib/lnet/socklnd"
 	"softib/rdmacm"
 	"softib/rxe"
+	"softib/tools/devsel"
 	"softib/verbs"
 	"softib/wire/lnetwire"
 )
@@ -161,6 +162,12 @@ func startNode(a netip.Addr, port int, log *slog.Logger) (*Node, error) {
 	// Ephemeral source ports and an acceptor taking them: nothing here
 	// needs root.
 	sc := socklnd.Config{AcceptPort: port, Accept: socklnd.AcceptAll, SourcePort: socklnd.SourcePortAny}
+	// --pcap: the tcp NIs' streams go to the devices' capture file.
+	var dc verbs.DeviceConfig
+	if err := devsel.CaptureConfig(&dc); err != nil {
+		return nil, err
+	}
+	sc.Capture = dc.Capture
 	in, err := lnet.New(lnet.Config{
 		// o2iblnd without a CM: each o2ib NI brings its own.
 		LNDs: []lnd.LND{socklnd.New(sc), o2iblnd.New(o2iblnd.Config{})},
@@ -192,7 +199,7 @@ func (c *Cluster) addO2IB(ctx context.Context) error {
 		m := rdmacm.NewManager(rdmacm.Config{})
 		if err := m.AddDevice(dev); err != nil {
 			m.Close()
-			dev.Close()
+			CloseDevice(dev)
 			return fmt.Errorf("RDMA CM on %v: %v", n.Addr, err)
 		}
 		n.dev, n.cm = dev, m
@@ -240,7 +247,7 @@ func (c *Cluster) Close() {
 			n.cm.Close()
 		}
 		if n.dev != nil {
-			n.dev.Close()
+			CloseDevice(n.dev)
 		}
 	}
 	c.Nodes = nil
@@ -279,7 +286,28 @@ func (c *Cluster) Stack() string {
 	return s + "; lnet_selftest console on " + c.Nodes[0].TCP.String()
 }
 
-// openRXE opens a Soft-RoCE device with rxe's defaults (UDP GRO on).
+// openRXE opens a Soft-RoCE device with rxe's defaults (UDP GRO on) and
+// publishes it as the CLI's tools do (tools/devsel): `softib stat` and
+// `softib res` see it from another terminal, --pcap captures it and
+// --metrics exports it. CloseDevice undoes that.
 func openRXE(dc verbs.DeviceConfig) (verbs.Device, error) {
-	return rxe.Open(rxe.Config{DeviceConfig: dc})
+	if err := devsel.CaptureConfig(&dc); err != nil {
+		return nil, err
+	}
+	dev, err := rxe.Open(rxe.Config{DeviceConfig: dc})
+	if err != nil {
+		return nil, err
+	}
+	if err := devsel.Observe(dev); err != nil {
+		dev.Close()
+		return nil, err
+	}
+	return dev, nil
+}
+
+// CloseDevice withdraws a device of the demo from softib stat/res and
+// --metrics, and closes it.
+func CloseDevice(dev verbs.Device) {
+	devsel.Unobserve(dev)
+	dev.Close()
 }

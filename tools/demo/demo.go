@@ -104,7 +104,7 @@ func OpenPair(c Config) (a, b verbs.Device, err error) {
 	}
 	b, err = openRXE(verbs.DeviceConfig{Name: "rxe1", Addr: c.AddrB, Port: c.UDPPort, NetMTU: c.NetMTU})
 	if err != nil {
-		a.Close()
+		CloseDevice(a)
 		return nil, nil, fmt.Errorf("open device on %v: %w", c.AddrB, err)
 	}
 	return a, b, nil

@@ -138,8 +138,8 @@ func RunStack(ctx context.Context, cfg StackConfig) (*Report, error) {
 		rep.RDMADevices = []string{"rxe0 " + rc.AddrA.String(), "rxe1 " + rc.AddrB.String()}
 		rc.Start, rc.Step = bar.Start, bar.Step
 		rep.RDMA, err = Sweep(ctx, a, b, rc)
-		a.Close()
-		b.Close()
+		CloseDevice(a)
+		CloseDevice(b)
 		if err != nil {
 			rep.Seconds = time.Since(begin).Seconds()
 			return rep, fmt.Errorf("rdma sweep: %w", err)

@@ -66,7 +66,7 @@ func aliasNames() []string {
 			names = append(names, "ibv_"+n)
 		case strings.HasSuffix(n, "_bw") || strings.HasSuffix(n, "_lat"):
 			names = append(names, "ib_"+n)
-		case n == "lnetctl" || n == "lst" || n == "rping":
+		case n == "lnetctl" || n == "lst" || n == "rping" || n == "mckey":
 			names = append(names, n)
 		}
 	}
@@ -114,7 +114,7 @@ func version() {
 func main() {
 	args := os.Args[1:]
 	// Busybox style: a symlink named ib_write_bw, ibv_rc_pingpong,
-	// lnetctl, lst or rping runs that tool.
+	// lnetctl, lst, rping or mckey runs that tool.
 	if base := filepath.Base(os.Args[0]); base != "softib" {
 		if _, ok := lookup(base); ok {
 			args = append([]string{base}, args...)

@@ -244,6 +244,7 @@ func TestE2EPutGet(t *testing.T) {
 		{"v2-cksum-iov", o2iblnd.Config{Cksum: true}, 3, false},
 		{"v1", o2iblnd.Config{Version: lnetwire.KibVersion1}, 1, false},
 		{"v2-cksum-iov-loopback", o2iblnd.Config{Cksum: true}, 3, true},
+		{"v2-conns_per_peer3", o2iblnd.Config{ConnsPerPeer: 3}, 1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.loopback {

@@ -1,7 +1,8 @@
 // Package storage_test proves softib's block storage targets with the
 // Linux initiators in the interop guest, in one boot: the iSER target
 // (storage/iser) with open-iscsi + ib_iser, then the SRP target
-// (storage/srp) with ib_srp over the RDMA CM. It runs when
+// (storage/srp) with ib_srp over the RDMA CM (and ib_srp's IB CM login,
+// which cannot work on RoCE: it needs an SA path record). It runs when
 // SOFTIB_INTEROP_IMAGE names an image from interop/image.sh
 // (scripts/interop.sh).
 package storage_test
@@ -18,12 +19,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"softib/cm"
 	"softib/interop/vm"
 	"softib/interop/vmtest"
 	"softib/rdmacm"
 	"softib/storage/iser"
 	"softib/storage/scsi"
 	"softib/storage/srp"
+	"softib/wire/mad"
 )
 
 // TestInteropLinuxStorage boots the guest once and runs both targets
@@ -40,13 +43,16 @@ func TestInteropLinuxStorage(t *testing.T) {
 	}
 	host := netip.MustParseAddr(v.HostIP())
 	dev := vmtest.OpenDevice(t, v.Namespace(), host)
-	m := rdmacm.NewManager(rdmacm.Config{})
+	// The device's IB CM, for the SRP target's IB CM listener and DM
+	// agent.
+	var hostCM *cm.CM
+	m := rdmacm.NewManager(rdmacm.Config{CM: cm.Config{Attached: func(c *cm.CM, _ *cm.GSI) { hostCM = c }}})
 	defer m.Close()
 	if err := m.AddDevice(dev); err != nil {
 		t.Fatal(err)
 	}
 	t.Run("iSER", func(t *testing.T) { testISER(ctx, t, v, m, host) })
-	t.Run("SRP", func(t *testing.T) { testSRP(ctx, t, v, m, host) })
+	t.Run("SRP", func(t *testing.T) { testSRP(ctx, t, v, m, hostCM, host) })
 }
 
 // testISER: SendTargets discovery over TCP, login over iSER.
@@ -115,16 +121,39 @@ umount /mnt/t
 }
 
 // testSRP: ib_srp add_target with dest=IP:PORT (login over the RDMA CM).
-func testSRP(ctx context.Context, t *testing.T, v *vm.VM, m *rdmacm.Manager, host netip.Addr) {
+// The target listens on the IB CM too; ib_srp's IB CM login (dgid=,
+// service_id=) must fail on the RoCE port without a REQ reaching it.
+func testSRP(ctx context.Context, t *testing.T, v *vm.VM, m *rdmacm.Manager, hostCM *cm.CM, host netip.Addr) {
 	st := fileLUN(t, "srp-lun0")
 	defer st.Close()
+	var cur *srp.Target
 	start := starter(ctx, t, func() (target, error) {
-		return srp.NewTarget(srp.Config{Addr: netip.AddrPortFrom(host, srp.DefaultPort), Logf: t.Logf}, m, st)
-	}, target.Listen)
+		tgt, err := srp.NewTarget(srp.Config{Addr: netip.AddrPortFrom(host, srp.DefaultPort), Logf: t.Logf}, m, st)
+		cur = tgt
+		return tgt, err
+	}, func(tgt target) error {
+		if err := tgt.Listen(); err != nil {
+			return err
+		}
+		return tgt.(*srp.Target).ListenIBCM(hostCM)
+	})
 	stop := start()
 	defer func() { stop() }()
 
 	run := runner(ctx, t, v, st)
+	gid := host.As16()
+	ibGUID := srp.DefaultGUID(host)
+	reqs := hostCM.Stats().Received[mad.AttrREQ].Load()
+	ibOut := run("ib_srp IB CM login (fails on RoCE)", fmt.Sprintf(`modprobe -a ib_srp sd_mod
+if echo id_ext=%016x,ioc_guid=%016x,dgid=%x,pkey=ffff,service_id=%016x >/sys/class/infiniband_srp/srp-rxe0-1/add_target 2>/tmp/ib.err; then echo LOGGED-IN; else echo "refused: $(cat /tmp/ib.err)"; fi
+dmesg | grep -i srp | tail -5 || true
+`, ibGUID, ibGUID, gid[:], cur.ServiceID()), time.Minute)
+	if strings.Contains(ibOut, "LOGGED-IN") || !strings.Contains(ibOut, "refused") {
+		t.Fatalf("ib_srp's IB CM login on RoCE: %s", ibOut)
+	}
+	if n := hostCM.Stats().Received[mad.AttrREQ].Load() - reqs; n != 0 {
+		t.Fatalf("ib_srp's IB CM login sent %d REQ(s); the path lookup should have failed first", n)
+	}
 	// ib_srp removes a deleted target port's channels asynchronously and
 	// refuses the same target with EEXIST until it is gone: add_target
 	// waits for that.

@@ -382,6 +382,25 @@ func (in *Instance) finalize(m *message, status error) {
 		}
 	case m.rx && !m.routing && m.status == nil:
 		in.rxHealthLocked(m)
+	case m.routing && !m.rx && m.ni != nil:
+		// A forwarded message's send to its next hop ended: health
+		// as for our own, and a failed one is resent when its payload
+		// is ours to send again (lnet_health_check with msg_routing;
+		// the router buffer and credit stay with the message).
+		if in.txHealthLocked(m, m.status) && m.status != nil && m.fwdResendable() {
+			in.returnCreditsLocked(m, &ps)
+			m.retries++
+			m.status = nil
+			m.hstatus = hsOK
+			m.dropped = false
+			m.queued = false
+			in.mr.hstats.ResendCount++
+			r, err := in.forwardLocked(m)
+			in.mu.Unlock()
+			in.runPending(&ps)
+			in.afterSend(m, r, err)
+			return
+		}
 	}
 	in.returnCreditsLocked(m, &ps)
 	switch {

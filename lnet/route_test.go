@@ -818,3 +818,49 @@ func TestUDSPRouteRule(t *testing.T) {
 	send(2)
 	check("rule deleted", 6, 3)
 }
+
+// TestRouterResendMRForwarding: a router whose forward to the final peer
+// NI fails resends the message (health resends for forwarded messages, as
+// lnet_health_check with msg_routing), to another NI of that Multi-Rail
+// peer since the one the originator chose is no longer alive (MR
+// forwarding): every PUT arrives, the originator sees no error, and the
+// router's health counters show the resends.
+func TestRouterResendMRForwarding(t *testing.T) {
+	n := lndtest.New(lnetwire.SOCKLND)
+	l := []lnd.LND{n.LND()}
+	g := noChecker()
+	b1, b2 := rtB, lnetwire.MustParseNID("10.0.1.10@tcp1")
+	a := rtNode(t, l, lnet.RouterConfig{}, g, lnd.Tunables{}, rtA)
+	r := rtNode(t, l, lnet.RouterConfig{Enabled: true}, g, lnd.Tunables{}, rtR0, rtR1)
+	b := rtNode(t, l, lnet.RouterConfig{}, g, lnd.Tunables{}, b1, b2)
+	addRoute(t, a, tcp1, rtR0, 1, 0)
+	addRoute(t, b, tcp, rtR1, 1, 0)
+	if err := r.AddPeer(lnet.PeerConfig{Primary: b1, NIDs: []lnetwire.NID{b2}}); err != nil {
+		t.Fatal(err)
+	}
+	eqA, _ := a.EQAlloc(64, nil)
+	eqB, _ := b.EQAlloc(64, nil)
+	me, _ := b.MEAttach(4, lnetwire.ProcessIDAny, 0, ^uint64(0), lnet.Retain, lnet.InsAfter)
+	b.MDAttach(me, lnet.MD{Start: make([]byte, 64), Threshold: lnet.ThreshInf, Options: lnet.MDOpPut, EQ: eqB}, lnet.Retain)
+	n.SetDown(b1, true)
+	const k = 5
+	for i := range k {
+		h, _ := a.MDBind(lnet.MD{Start: []byte("abc"), Threshold: 1, EQ: eqA}, lnet.AutoUnlink)
+		if err := a.Put(lnetwire.NIDAny, h, lnet.AckReqNo, lnetwire.ProcessID{NID: b1, PID: b.PID()}, 4, 0, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		if ev := poll(t, a, eqA); ev.Status != nil {
+			t.Fatalf("PUT %d: %s", i, evStr(ev))
+		}
+		if ev := poll(t, b, eqB); ev.Type != lnet.EventPut || ev.Status != nil || ev.Target.NID != b2 || ev.Initiator.NID != rtA {
+			t.Fatalf("PUT %d at B: %s", i, evStr(ev))
+		}
+	}
+	st := r.HealthStats()
+	if st.ResendCount == 0 || st.SuccessfulResends == 0 || st.FailedResends != 0 {
+		t.Fatalf("router health stats %+v", st)
+	}
+	if rs := r.Stats(); rs.RouteCount != k {
+		t.Fatalf("router forwarded %d, want %d (stats %+v)", rs.RouteCount, k, rs)
+	}
+}

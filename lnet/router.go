@@ -427,8 +427,20 @@ func (in *Instance) forwardLocked(m *message) (sendResult, error) {
 	if in.byNID[dst] != nil || dst == lnetwire.NIDLo0 {
 		return sendFail, fmt.Errorf("%w: forwarding to local %v", ErrInvalid, dst)
 	}
+	if m.retries == 0 {
+		m.deadline = in.nowNS() + int64(in.globals.TransactionTimeout)
+	}
 	nextHop := dst
 	ni := in.bestNILocked(dst.Net())
+	if ni != nil {
+		if p, pni := in.mrForwardLocked(dst); p != nil {
+			// The originator's choice is not alive: another NI of
+			// the same Multi-Rail peer (Lustre's MR forwarding).
+			dst, ni = p.nid, pni
+			m.Hdr.DestNID = dst
+			nextHop = dst
+		}
+	}
 	if ni == nil {
 		gw, gni, err := in.routeLocked(m, dst.Net(), 0)
 		if err != nil {
@@ -450,6 +462,37 @@ func (in *Instance) forwardLocked(m *message) (sendResult, error) {
 	}
 	m.Msg.Target = lnetwire.ProcessID{NID: nextHop, PID: pid}
 	return in.postSendLocked(m)
+}
+
+// mrForwardLocked is lnet_select_pathway's mr_forwarding_allowed for the
+// final hop of a forwarded message: when the peer NI the originator chose
+// (dst, on one of our nets) belongs to a Multi-Rail peer and is not alive
+// (health below the maximum, router_sensitivity 100%, or reported down
+// in its ping buffer), it returns the peer's best other NI on a local net
+// and our NI to it. nil: keep dst.
+func (in *Instance) mrForwardLocked(dst lnetwire.NID) (*peer, *netIface) {
+	p := in.peers[dst]
+	if p == nil || p.lp == nil || !p.lp.isMR() || (p.health >= MaxHealthValue && p.nsStatus != lnetwire.PingStatusDown) {
+		return nil, nil
+	}
+	pn := in.bestLocalPeerNetLocked(p.lp)
+	if pn == nil {
+		return nil, nil
+	}
+	ni := in.bestNILocked(pn.net)
+	best := bestPeerNI(pn, ni)
+	if ni == nil || best == nil || best == p {
+		return nil, nil
+	}
+	return best, ni
+}
+
+// fwdResendable reports whether a forwarded message whose send failed
+// can be sent again: its payload is in our router buffer (or it has
+// none), not kept by the receiving LND, whose kept bytes a failed send
+// may have consumed.
+func (m *message) fwdResendable() bool {
+	return m.routing && !m.rx && m.Msg.LNDPrivate == nil && (m.rtrBuf != nil || m.Hdr.PayloadLength == 0)
 }
 
 // returnRxCreditsLocked is lnet_return_rx_credits_locked: give back m's

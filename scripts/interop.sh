@@ -107,7 +107,7 @@ if [ -z "${INTEROP_CASES:-}" ]; then
 	echo "== interop: Go kernel-interop tests"
 	set +e
 	# 45m: interop/lustre's lnet_selftest tests alone take ~15-20 min under load.
-	go test -count=1 -timeout 45m -run 'Interop' ./rdmacm/ ./tools/rping/ ./tools/perftestcm/ ./lnet/o2iblnd/ ./rxe/ ./ibverbs/ ./interop/lustre/ ./interop/storage/ 2>&1 |
+	go test -count=1 -timeout 45m -run 'Interop' ./rdmacm/ ./tools/rping/ ./tools/perftestcm/ ./tools/mckey/ ./lnet/o2iblnd/ ./rxe/ ./ibverbs/ ./interop/lustre/ ./interop/storage/ 2>&1 |
 		tee "$art/go-interop.log" | grep -E '^(ok|FAIL|---|panic)'
 	grc=${PIPESTATUS[0]}
 	# No retry: a package that fails is a failure. (Retries tied to a

@@ -222,6 +222,12 @@ type Config struct {
 	// RunInfinitely is --run_infinitely: a BW requester reports a row
 	// every Duration (default 5 s) until interrupted.
 	RunInfinitely bool
+	// TOS is -T: the IP type of service of the test's packets, set on
+	// the RDMA CM IDs (-R only, as perftest). 0: the default.
+	TOS uint8
+	// TClass is --tclass: the traffic class of the address vectors of
+	// the TCP-exchange mode (the IP TOS byte on RoCE). 0: the default.
+	TClass uint8
 	// RDMACM selects -R; it needs CM.
 	RDMACM bool
 	// CM is the RDMA CM connector (nil: -R is refused).

@@ -20,6 +20,7 @@ type Flags struct {
 	cpuFreq  bool
 	sl       uint
 	tos      int
+	tclass   int
 	// SourceIP is --source_ip (the CLI binds the exchange to it).
 	SourceIP string
 	// OutJSON and OutJSONFile are --out_json and --out_json_file: the
@@ -65,7 +66,10 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) *Flags {
 		fs.IntVar(&cfg.Inline, n, 0, "largest message `size` sent inline (default: 220 write_lat, 236 send_lat, none otherwise; -1: never)")
 	})
 	both("S", "sl", func(n string) { fs.UintVar(&f.sl, n, 0, "service `level` of the address vectors (0-15)") })
-	both("T", "tos", func(n string) { fs.IntVar(&f.tos, n, -1, "type of service (IP TOS byte) of the packets") })
+	both("T", "tos", func(n string) {
+		fs.IntVar(&f.tos, n, -1, "type of service (IP TOS byte, 0-255) of the RDMA CM QPs' packets (with -R)")
+	})
+	fs.IntVar(&f.tclass, "tclass", -1, "traffic `class` (IP TOS byte, 0-255) of the QPs' address vectors (without -R)")
 	both("N", "noPeak", func(n string) { fs.BoolVar(&cfg.NoPeak, n, false, "report no peak bandwidth (0.00)") })
 	both("U", "report-unsorted", func(n string) {
 		fs.BoolVar(&cfg.LatUnsorted, n, false, "latency tests: print every sample in the order measured (#, usec)")
@@ -139,9 +143,24 @@ func (f *Flags) Finish(args []string) error {
 	}
 	f.cfg.SL = uint8(f.sl)
 	if f.tos >= 0 {
-		// The Soft-RoCE device does not put a traffic class into its
-		// packets' IP header yet: refuse rather than ignore.
-		return fmt.Errorf("-T %d: softib's Soft-RoCE device does not set the IP TOS/traffic class of its packets yet", f.tos)
+		switch {
+		case f.tos > 255:
+			return fmt.Errorf("-T %d: the TOS must be 0-255", f.tos)
+		case !f.cfg.RDMACM:
+			// perftest: -T is rdma_set_option's TOS.
+			return fmt.Errorf("-T %d: TOS only valid for rdma_cm based QP (-R); without -R use --tclass", f.tos)
+		}
+		f.cfg.TOS = uint8(f.tos)
+	}
+	if f.tclass >= 0 {
+		switch {
+		case f.tclass > 255:
+			return fmt.Errorf("--tclass %d: the traffic class must be 0-255", f.tclass)
+		case f.cfg.RDMACM:
+			// RDMA CM builds the address vectors from its route.
+			return fmt.Errorf("--tclass %d: with -R the QPs' traffic class is the RDMA CM TOS: use -T", f.tclass)
+		}
+		f.cfg.TClass = uint8(f.tclass)
 	}
 	if f.OutJSONFile != "" {
 		f.OutJSON = true

@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"softib/internal/e2etest"
+	"softib/internal/tsharktest"
 	"softib/tools/perftest"
+	"softib/verbs"
 )
 
 // TestPerfBidirectional runs -b as perftest does: both sides send, each
@@ -203,6 +206,11 @@ func TestFlagsModes(t *testing.T) {
 		{perftest.WriteLat, "-l 4", "Post list is supported in BW tests only"},
 		{perftest.WriteBW, "-l 0", "must be positive"},
 		{perftest.WriteBW, "-l 4 -b", ""},
+		{perftest.WriteBW, "-T 104", "TOS only valid for rdma_cm based QP"},
+		{perftest.WriteBW, "-T 104 -R", ""},
+		{perftest.WriteBW, "-T 256 -R", "0-255"},
+		{perftest.SendLat, "--tclass 104", ""},
+		{perftest.SendLat, "--tclass 104 -R", "use -T"},
 	} {
 		fs := flag.NewFlagSet("t", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
@@ -249,3 +257,37 @@ func listen(t *testing.T) net.Listener {
 }
 
 func port(ln net.Listener) int { return ln.Addr().(*net.TCPAddr).Port }
+
+// TestPerfTClass: --tclass puts the traffic class into the IP TOS byte of
+// every RoCE packet, both ways, as a capture of the wire shows (the
+// kernel's IP header on lo, not softib's synthesised --pcap framing;
+// GSO/GRO glue several RoCE packets into one frame there).
+func TestPerfTClass(t *testing.T) {
+	ds, dc := openDev(t), openDev(t)
+	var hosts []string
+	for _, d := range []verbs.Device{ds, dc} {
+		g, err := d.QueryGID(1, perftest.BestGIDIndex(d, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		hosts = append(hosts, "host "+g.Addr().String())
+	}
+	capt := e2etest.StartCapture(t, "lo", "udp port 4791 and ("+strings.Join(hosts, " or ")+")")
+	const tc = 0x68 // DSCP AF31
+	for _, c := range []perftest.Config{
+		{Test: perftest.WriteBW, Iters: 50, Size: 4096, TClass: tc},
+		{Test: perftest.SendBW, Iters: 50, Size: 512, TClass: tc, UD: true},
+		{Test: perftest.ReadLat, Iters: 20, TClass: tc},
+	} {
+		runPerfPairOn(t, ds, dc, c)
+	}
+	capt.Stop()
+	rows := tsharktest.Fields(t, capt.Path, []string{"ip.dsfield", "infiniband.bth.opcode"}, "-Y", "udp.port == 4791")
+	seen := map[string]int{}
+	for _, r := range rows {
+		seen[r[0]]++
+	}
+	if len(rows) < 20 || len(seen) != 1 || seen["0x68"] == 0 {
+		t.Errorf("%d RoCE packets, IP DS fields %v; want all 0x68", len(rows), seen)
+	}
+}

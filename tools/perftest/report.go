@@ -259,6 +259,7 @@ type Banner struct {
 	UD       bool
 	Duplex   bool
 	PostList int
+	TOS      uint8
 }
 
 // WriteBanner writes perftest's test-information block.
@@ -321,7 +322,11 @@ func WriteBanner(w io.Writer, b *Banner) {
 	if b.RDMACM {
 		ex = "rdma_cm"
 	}
-	fmt.Fprintf(&s, " Data ex. method : %s\n", ex)
+	fmt.Fprintf(&s, " Data ex. method : %s", ex)
+	if b.RDMACM && b.TOS != 0 {
+		fmt.Fprintf(&s, " \tTOS    : %d", b.TOS)
+	}
+	s.WriteByte('\n')
 	s.WriteString(ResultLine)
 	io.WriteString(w, s.String())
 }

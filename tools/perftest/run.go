@@ -207,6 +207,7 @@ func (r *Resources) Connect(cfg *Config, client bool) error {
 			AV:              rdmautil.AV(cfg.Port, rdmautil.Peer{LID: rem.LID, GID: rem.GID, DPort: cfg.PeerUDPPort}, r.GIDIndex, HopLimit, cfg.SL),
 			MaxDestRdAtomic: uint8(min(r.OutReads, 255)), MinRNRTimer: MinRNRTimer,
 			Timeout: DefaultQPTimeout, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: uint8(min(max(int(rem.OutReads), 1), 255))}
+		c.AV.GRH.TrafficClass = cfg.TClass // --tclass (the IP TOS on RoCE)
 		sends := cfg.Test.IsLat() || client || cfg.Duplex
 		if cfg.UD {
 			if err := udConnect(r, i, &c, sends); err != nil {
@@ -346,7 +347,7 @@ func run(ctx context.Context, dev verbs.Device, cfg *Config, p *Proto, client bo
 	WriteBanner(cfg.Out, &Banner{Test: cfg.Test, Atomic: cfg.Atomic, Device: dev.Name(), QPs: cfg.QPs, Client: client,
 		TxDepth: cfg.TxDepth, RxDepth: cfg.RxDepth, CQMod: cfg.CQMod, MTU: mtu, GIDIndex: res.GIDIndex,
 		Inline: e.Inline, OutReads: res.OutReads, RDMACM: cfg.RDMACM, UC: cfg.UC, UD: cfg.UD,
-		Duplex: cfg.Duplex, PostList: cfg.PostList})
+		Duplex: cfg.Duplex, PostList: cfg.PostList, TOS: cfg.TOS})
 
 	res.Remote = make([]Key, cfg.QPs)
 	hs0 := func() error {

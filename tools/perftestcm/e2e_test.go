@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"softib/internal/e2etest"
 	"softib/internal/testaddr"
+	"softib/internal/tsharktest"
 	"softib/rdmacm"
 	_ "softib/rxe"
 	"softib/tools/perftest"
@@ -36,6 +38,12 @@ func runPair(t *testing.T, cfg perftest.Config) (srvRows, cliRows []perftest.Row
 	t.Helper()
 	ds, _ := openDev(t)
 	dc, _ := openDev(t)
+	return runPairOn(t, ds, dc, cfg)
+}
+
+// runPairOn is runPair between a server on ds and a client on dc.
+func runPairOn(t *testing.T, ds, dc verbs.Device, cfg perftest.Config) (srvRows, cliRows []perftest.Row, srvOut, cliOut string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // hang guard
 	defer cancel()
 	cfg.RDMACM, cfg.CM, cfg.GIDIndex = true, &perftestcm.Hook{}, -1
@@ -97,7 +105,8 @@ func TestRDMACM(t *testing.T) {
 	} {
 		t.Run(c.Test.String(), func(t *testing.T) {
 			_, rows, _, out := runPair(t, c)
-			if len(rows) != 1 || rows[0].Iters == 0 {
+			// The aggregate, then one row per QP with -q N.
+			if n := len(rows); n != 1 && n != 1+c.QPs || rows[0].QP != 0 || rows[0].Iters == 0 {
 				t.Fatalf("client rows %+v\n%s", rows, out)
 			}
 			for _, want := range []string{" rdma_cm QPs\t : ON", " Data ex. method : rdma_cm", " remote address: LID 0000 QPN 0x"} {
@@ -163,3 +172,27 @@ func TestClientNoServerCM(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestRDMACMTOS: -T sets the RDMA CM IDs' TOS (rdma_set_option), which
+// the route, the REQ's path and both sides' QPs carry: every RoCE packet
+// of the run but the CM's own MADs has it in its IP header, as a capture
+// of lo shows. -b runs over RDMA CM too.
+func TestRDMACMTOS(t *testing.T) {
+	ds, sa := openDev(t)
+	dc, ca := openDev(t)
+	capt := e2etest.StartCapture(t, "lo", "udp port 4791 and (host "+sa+" or host "+ca+")")
+	const tos = 0x68
+	_, rows, _, out := runPairOn(t, ds, dc, perftest.Config{Test: perftest.WriteBW, Iters: 100, Size: 4096, TOS: tos, Duplex: true})
+	capt.Stop()
+	if len(rows) == 0 || rows[0].Direction != perftest.DirBoth || !strings.Contains(out, "\tTOS    : 104") {
+		t.Errorf("rows %+v\n%s", rows, out)
+	}
+	got := tsharktest.Fields(t, capt.Path, []string{"ip.dsfield"}, "-Y", "infiniband.bth.destqp != 1")
+	seen := map[string]int{}
+	for _, r := range got {
+		seen[r[0]]++
+	}
+	if len(got) < 20 || len(seen) != 1 || seen["0x68"] == 0 {
+		t.Errorf("%d RoCE packets off QP1, IP DS fields %v; want all 0x68", len(got), seen)
+	}
+}

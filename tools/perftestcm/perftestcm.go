@@ -83,6 +83,10 @@ type Ctrl struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	gidIdx int
+	// tos is -T: the type of service set on every ID this side
+	// resolves (rdma_set_option RDMA_OPTION_ID_TOS, as perftest's
+	// address handler), 0: none.
+	tos uint8
 
 	mu    sync.Mutex
 	tests []*rdmacm.ID
@@ -109,7 +113,7 @@ func (h *Hook) retries() int {
 // Control opens the control channel: a listener on cfg.TCPPort that
 // accepts one connection (server), or a connection to cfg.Host.
 func (h *Hook) Control(ctx context.Context, dev verbs.Device, cfg *perftest.Config) (perftest.Ctrl, error) {
-	c := &Ctrl{m: rdmacm.NewManager(h.CM), ch: rdmacm.NewEventChannel(), client: cfg.Host != "", gidIdx: cfg.GIDIndex, src: cfg.BindAddr}
+	c := &Ctrl{m: rdmacm.NewManager(h.CM), ch: rdmacm.NewEventChannel(), client: cfg.Host != "", gidIdx: cfg.GIDIndex, src: cfg.BindAddr, tos: cfg.TOS}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if err := c.m.AddDevice(dev); err != nil {
 		c.Close()
@@ -194,6 +198,10 @@ func (c *Ctrl) resolve(ch *rdmacm.EventChannel, ctx any, dst netip.AddrPort) (*r
 	if _, err := c.expect(ch, rdmacm.EventAddrResolved); err != nil {
 		id.Destroy()
 		return nil, err
+	}
+	if c.tos != 0 {
+		// The route, the REQ's path and so both sides' QPs carry it.
+		id.SetTOS(c.tos)
 	}
 	if err := id.ResolveRoute(2 * time.Second); err != nil {
 		id.Destroy()

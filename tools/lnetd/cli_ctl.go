@@ -36,7 +36,7 @@ const ctlUsage = `usage: softib lnetctl [--socket PATH] [--json] <object> <actio
   discover [--force] NID...
   discover --primary NID...      (LNetPrimaryNID of each NID; softib)
   fault drop add -s SRC -d DST -r RATE|-i SECS [-p PORTAL] [-m PUT|ACK|GET|REPLY]
-          [-o LOCAL_NID] [-x] [-n]   (SRC/DST: NID, *@net or *)
+          [-o LOCAL_NID] [-x] [-n] [-e HEALTH_ERROR]...   (SRC/DST: NID, *@net or *)
   fault delay add -s SRC -d DST -r RATE|-i SECS -l LATENCY [-p PORTAL] [-m TYPE]
   fault drop|delay del -s SRC -d DST | --all
   fault drop|delay show | reset

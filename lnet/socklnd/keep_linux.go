@@ -311,22 +311,6 @@ func (c *conn) readInto(dst lnd.IOV, n int) error {
 	return nil
 }
 
-// spliceNB is splice(2) between two non-blocking ends (SPLICE_F_NONBLOCK
-// and a socket in non-blocking mode), made as a raw system call: it
-// never sleeps, it works for some tens of microseconds (a payload's
-// pages through TCP), and a scheduler-visible call that long has the
-// runtime's monitor hand the P to another thread (a futex wake and a
-// context switch) while this one is busy in the kernel. perf on the
-// router: runtime.sysmon 8.3% → 7.0% of its CPU; the rest of the
-// scheduler's share is goroutine wakeups.
-func spliceNB(in, out, n, flags int) (int, error) {
-	k, _, e := unix.RawSyscall6(unix.SYS_SPLICE, uintptr(in), 0, uintptr(out), 0, uintptr(n), uintptr(flags))
-	if e != 0 {
-		return 0, e
-	}
-	return int(k), nil
-}
-
 // spliceIO is one side's splice in progress (the reader's into a pipe,
 // the writer's out of one): the step function RawConn calls is bound to
 // the connection once, and its state lives here, so a message costs no
@@ -397,7 +381,7 @@ func (c *conn) moreStep(fd uintptr) bool {
 		var h unix.Msghdr
 		h.Iov = &m.iov[m.i]
 		h.SetIovlen(m.n - m.i)
-		k, _, e := unix.RawSyscall(unix.SYS_SENDMSG, fd, uintptr(unsafe.Pointer(&h)), unix.MSG_MORE|unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+		k, _, e := unix.Syscall(unix.SYS_SENDMSG, fd, uintptr(unsafe.Pointer(&h)), unix.MSG_MORE|unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
 		switch {
 		case e == unix.EINTR:
 			continue
@@ -432,7 +416,7 @@ func (c *conn) spliceInStep(fd uintptr) bool {
 	s := &c.sin
 	queued := false // the socket held data before the last splice
 	for s.p.n < s.want {
-		k, err := spliceNB(int(fd), s.p.w, s.want-s.p.n, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+		k, err := unix.Splice(int(fd), nil, s.p.w, nil, s.want-s.p.n, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
 		switch {
 		case k > 0:
 			s.p.n += int(k)
@@ -471,7 +455,7 @@ func (c *conn) spliceOutStep(fd uintptr) bool {
 		flags |= unix.SPLICE_F_MORE
 	}
 	for s.p.n > 0 {
-		k, err := spliceNB(s.p.r, int(fd), s.p.n, flags)
+		k, err := unix.Splice(s.p.r, nil, int(fd), nil, s.p.n, flags)
 		switch {
 		case k > 0:
 			s.p.n -= int(k)

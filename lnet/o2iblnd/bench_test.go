@@ -2,7 +2,9 @@ package o2iblnd_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
+	"syscall"
 	"testing"
 	"time"
 
@@ -99,6 +101,77 @@ func BenchmarkO2ibPut1MPages(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkO2ibPut1MConcurrent keeps 8 PUTs of 1 MiB in flight from one
+// node to another over conns_per_peer connections (1: one QP; 4: four,
+// spread over the devices' receive shards), each PUT waiting for its
+// SEND event as in BenchmarkO2ibPut1M.
+func BenchmarkO2ibPut1MConcurrent(b *testing.B) {
+	const size, inflight = 1 << 20, 8
+	for _, cpp := range []int{1, 4} {
+		b.Run(fmt.Sprintf("conns_per_peer=%d", cpp), func(b *testing.B) {
+			s, r := newNode(b, o2iblnd.Config{ConnsPerPeer: cpp}), newNode(b, o2iblnd.Config{ConnsPerPeer: cpp})
+			for i := range inflight {
+				sink(b, r, uint64(1+i), [][]byte{make([]byte, size)})
+			}
+			srcs := make([][]byte, inflight)
+			for i := range srcs {
+				srcs[i] = pattern(size, byte(i))
+			}
+			put := func(i int) {
+				h, err := s.in.MDBind(lnet.MD{Start: srcs[i%inflight], Threshold: 1, EQ: s.eq}, lnet.AutoUnlink)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := s.in.Put(lnetwire.NIDAny, h, lnet.AckReqNo, r.id(), e2ePortal, uint64(1+i%inflight), 0, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+			wait := func() {
+				if ev := poll(b, s); ev.Status != nil {
+					b.Fatal(ev.Status)
+				}
+			}
+			for i := range inflight { // connect, register
+				put(i)
+				wait()
+			}
+			for deadline := time.Now().Add(hangGuard); s.drv().Conns(r.nid) < cpp; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					b.Fatalf("%d connections up, want %d", s.drv().Conns(r.nid), cpp)
+				}
+			}
+			b.SetBytes(size)
+			cpu0 := processCPU()
+			b.ResetTimer()
+			for i := range min(b.N, inflight) {
+				put(i)
+			}
+			for i := inflight; i < b.N; i++ {
+				wait()
+				put(i)
+			}
+			for range min(b.N, inflight) {
+				wait()
+			}
+			b.StopTimer()
+			// Both nodes are in this process: the CPU of the whole transfer.
+			b.ReportMetric(float64(processCPU()-cpu0)/float64(time.Millisecond)/float64(b.N), "cpu-ms/MiB")
+			if n := s.drv().Conns(r.nid); n != cpp {
+				b.Fatalf("%d connections, want %d", n, cpp)
+			}
+		})
+	}
+}
+
+// processCPU returns the user and system CPU time this process used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkRCWrite1M is the baseline: 1 MiB RDMA WRITEs on a softib RC

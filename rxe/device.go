@@ -82,6 +82,8 @@ type Device struct {
 	sports sportTable
 	// mcast are the multicast groups QPs are attached to (mcast.go).
 	mcast mcastTable
+	// ctl is what the control verbs changed (control.go).
+	ctl devCtl
 
 	// shards are the receive sockets (shard.go); shards[0].conn is conn.
 	// pollShards are those with a udp.Reader, which CQ pollers read
@@ -301,7 +303,7 @@ func (d *Device) QueryPort(port uint8) (verbs.PortAttr, error) {
 	if err := d.checkPort(port); err != nil {
 		return verbs.PortAttr{}, err
 	}
-	return verbs.PortAttr{
+	a := verbs.PortAttr{
 		State:        verbs.PortActive,
 		MaxMTU:       verbs.MTU4096,
 		ActiveMTU:    d.mtu,
@@ -314,7 +316,9 @@ func (d *Device) QueryPort(port uint8) (verbs.PortAttr, error) {
 		ActiveSpeed:  1,
 		PhysState:    5, // LinkUp
 		LinkLayer:    verbs.LinkLayerEthernet,
-	}, nil
+	}
+	d.ctl.port(&a, &d.stats) // control.go
+	return a, nil
 }
 
 // QueryGID returns a GID table entry; unpopulated indices give zero.

@@ -291,3 +291,21 @@ func TestPerfTClass(t *testing.T) {
 		t.Errorf("%d RoCE packets, IP DS fields %v; want all 0x68", len(rows), seen)
 	}
 }
+
+// TestKeysTargetRegions: with -q N each QP announces its own target
+// region, apart from every QP's source region (-b sends both ways).
+func TestKeysTargetRegions(t *testing.T) {
+	d := openDev(t)
+	cfg := perftest.Config{Test: perftest.ReadBW, QPs: 3, Size: 8192, TxDepth: 8, RxDepth: 8, CQMod: 1, Port: 1, GIDIndex: -1}
+	res, err := perftest.NewResources(d, &cfg, 3, perftest.DefaultCycle, perftest.DefaultCacheLine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Close()
+	e := res.Engine
+	for i, k := range res.Local {
+		if want := e.MR.Addr() + uint64(e.TargetOff(i)); k.VAddr != want {
+			t.Errorf("QP %d announces %#x, its target region is at %#x", i, k.VAddr, want)
+		}
+	}
+}

@@ -186,8 +186,11 @@ func NewResources(dev verbs.Device, cfg *Config, mtu verbs.MTU, cycle, cacheLine
 		} else if err := rdmautil.ToInit(qp, cfg.Port, qpAccess); err != nil {
 			return nil, err
 		}
+		// Not e.TargetOff(i): e.QPs is still growing here, and with -q N
+		// that announced QP i's target inside QP i+1's source region
+		// (under -b, the peer's READs raced this side's).
 		res.Local = append(res.Local, Key{LID: pa.LID, OutReads: uint16(res.OutReads), QPN: qp.QPN(),
-			PSN: rdmautil.RandPSN(), RKey: e.MR.RKey(), VAddr: e.MR.Addr() + uint64(e.TargetOff(i)),
+			PSN: rdmautil.RandPSN(), RKey: e.MR.RKey(), VAddr: e.MR.Addr() + uint64((nq+i)*region),
 			GID: gid, HasGID: true})
 	}
 	e.Inline = max(inline, 0)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -141,9 +142,14 @@ type mrKey struct {
 }
 
 type mrEntry struct {
-	key  mrKey
-	mr   verbs.MR
-	refs int
+	key mrKey
+	mr  verbs.MR
+	// refs counts the txs using the entry. It rises under mrCache.mu
+	// (get) and falls without it (put, on every tx completion, from
+	// every connection's completion goroutine): an entry seen idle under
+	// the lock cannot be taken before the lock is released, and one
+	// released just after the check is merely evicted later.
+	refs atomic.Int32
 	tick uint64
 }
 
@@ -180,7 +186,7 @@ func (c *mrCache) get(frag []byte) (*mrEntry, error) {
 	defer c.mu.Unlock()
 	c.tick++
 	if e := c.m[k]; e != nil {
-		e.refs++
+		e.refs.Add(1)
 		e.tick = c.tick
 		return e, nil
 	}
@@ -193,7 +199,8 @@ func (c *mrCache) get(frag []byte) (*mrEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &mrEntry{key: k, mr: mr, refs: 1, tick: c.tick}
+	e := &mrEntry{key: k, mr: mr, tick: c.tick}
+	e.refs.Store(1)
 	c.m[k] = e
 	c.bytes += len(frag)
 	return e, nil
@@ -204,7 +211,7 @@ func (c *mrCache) get(frag []byte) (*mrEntry, error) {
 func (c *mrCache) evictLocked() bool {
 	var old *mrEntry
 	for _, e := range c.m {
-		if e.refs == 0 && (old == nil || e.tick < old.tick) {
+		if e.refs.Load() == 0 && (old == nil || e.tick < old.tick) {
 			old = e
 		}
 	}
@@ -224,11 +231,7 @@ func (c *mrCache) stats() (n, bytes int) {
 	return len(c.m), c.bytes
 }
 
-func (c *mrCache) put(e *mrEntry) {
-	c.mu.Lock()
-	e.refs--
-	c.mu.Unlock()
-}
+func (c *mrCache) put(e *mrEntry) { e.refs.Add(-1) }
 
 func (c *mrCache) close() {
 	c.mu.Lock()

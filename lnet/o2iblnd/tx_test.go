@@ -37,7 +37,7 @@ func TestMRCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	again, _ := c.get(bufs[0])
-	if again != e0 || e0.refs != 2 {
+	if again != e0 || e0.refs.Load() != 2 {
 		t.Fatal("same buffer registered twice")
 	}
 	if sub, _ := c.get(bufs[0][:100]); sub == e0 {

@@ -150,10 +150,13 @@ func (l *LND) closeIdlePipesLocked() {
 // (benchmarks compare the two).
 var keepOff bool
 
-// keepable reports whether d can splice: the connection is a kernel
-// socket and payload checksums are off (a checksum needs the bytes).
+// keepable reports whether d can splice: payload checksums are off (a
+// checksum needs the bytes) and d does not capture (a captured
+// connection has no socket to splice into, and bytes that bypass user
+// space would be missing from the capture; which of a capturing
+// driver's connections are wrapped depends on which end claimed them).
 func (d *Driver) keepable() bool {
-	return d.lnd != nil && !d.cfg.EnableCsum && !keepOff
+	return d.lnd != nil && !d.cfg.EnableCsum && d.capt == nil && !keepOff
 }
 
 // KeepsFor reports whether a payload d receives with RecvKept can stay in

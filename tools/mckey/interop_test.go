@@ -19,10 +19,12 @@ import (
 // the guest receives what softib sends to the group, and softib receives
 // what the guest sends. The kernel's rdma_cm joins the IP group on the
 // guest (IGMP) and softib's device joins it on the host side of the
-// link. It runs when SOFTIB_INTEROP_IMAGE names an image made by
+// link. In the same boot, ib_write_bw --tclass=96 runs between the
+// guest and softib's perftest both ways, and every RoCE frame on the
+// link carries TOS 0x60 (tclassInterop). It runs when SOFTIB_INTEROP_IMAGE names an image made by
 // interop/image.sh (scripts/interop.sh).
 func TestInteropMckeyKernelRxe(t *testing.T) {
-	ctx, v := vmtest.Boot(t, "mckey interop with kernel rxe", "sibmc", 8*time.Minute)
+	ctx, v := vmtest.Boot(t, "mckey and traffic class interop with kernel rxe", "sibmc", 10*time.Minute)
 	if v == nil {
 		return
 	}
@@ -68,6 +70,8 @@ func TestInteropMckeyKernelRxe(t *testing.T) {
 			t.Fatalf("guest receiver did not get the %d datagrams (rc %d, %v)", count, r.Code, err)
 		}
 	})
+
+	t.Run("ib_write_bw --tclass=96", func(t *testing.T) { tclassInterop(t, ctx, v, dev) })
 
 	t.Run("guest sends", func(t *testing.T) {
 		group := netip.MustParseAddr("239.11.0.2")

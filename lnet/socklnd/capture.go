@@ -29,6 +29,10 @@ import (
 // connections copy instead. Payload bytes that bypass user space would
 // be missing from the capture otherwise.
 //
+// Each connection is captured once per process: when both of its ends
+// are in this process (nodes sharing a capture file), the first end to
+// set up records it.
+//
 // The file header is the first Write of Config.Capture and each record
 // exactly one Write after it, as verbs.DeviceConfig.Capture, so socklnd
 // and RoCE devices can share one file (tools/devsel drops the later
@@ -85,6 +89,12 @@ func (c *capture) wrap(nc net.Conn, active bool) net.Conn {
 		c.errs.Add(1)
 		return nc
 	}
+	if !claimStream(la, ra) {
+		// The other end is in this process and captured already
+		// (the demo's nodes): once is enough, and the two ends' views
+		// (write and read boundaries) would overlap as retransmissions.
+		return nc
+	}
 	cc := &capConn{Conn: nc, c: c, local: la, remote: ra, txSeq: isn(la, ra), rxSeq: isn(ra, la)}
 	// The opening: SYN from whoever dialled, SYN-ACK, ACK.
 	now := time.Now()
@@ -100,6 +110,42 @@ func (c *capture) wrap(nc net.Conn, active bool) net.Conn {
 	cc.txSeq++
 	cc.rxSeq++
 	return cc
+}
+
+// streams are the connections captured in this process, by their
+// endpoints in a fixed order; a connection's two ends claim one entry.
+var streams struct {
+	mu sync.Mutex
+	m  map[[2]netip.AddrPort]struct{}
+}
+
+func streamKey(a, b netip.AddrPort) [2]netip.AddrPort {
+	if b.Compare(a) < 0 {
+		a, b = b, a
+	}
+	return [2]netip.AddrPort{a, b}
+}
+
+// claimStream registers the connection between a and b for capture;
+// false if it is captured already.
+func claimStream(a, b netip.AddrPort) bool {
+	k := streamKey(a, b)
+	streams.mu.Lock()
+	defer streams.mu.Unlock()
+	if _, ok := streams.m[k]; ok {
+		return false
+	}
+	if streams.m == nil {
+		streams.m = make(map[[2]netip.AddrPort]struct{})
+	}
+	streams.m[k] = struct{}{}
+	return true
+}
+
+func releaseStream(a, b netip.AddrPort) {
+	streams.mu.Lock()
+	delete(streams.m, streamKey(a, b))
+	streams.mu.Unlock()
 }
 
 // isn is a connection's initial sequence number in one direction: any
@@ -124,7 +170,15 @@ func (c *capture) segment(now time.Time, src, dst netip.AddrPort, seq, ack uint3
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.ipID++
-	var h [ipv4HdrLen + tcpHdrLen]byte
+	var hb [ipv4HdrLen + tcpHdrLen + 4]byte
+	h := hb[:ipv4HdrLen+tcpHdrLen]
+	if flags&tcpSYN != 0 {
+		// NOP, window scale 14: the advertised window (65535 << 14)
+		// never fills, so Wireshark flags no "window full" on a bulk
+		// stream the capture shows without the peer's pure ACKs.
+		h = hb[:]
+		copy(h[ipv4HdrLen+tcpHdrLen:], []byte{1, 3, 3, 14})
+	}
 	ip := h[:ipv4HdrLen]
 	ip[0] = 0x45
 	binary.BigEndian.PutUint16(ip[2:], uint16(len(h)+len(data)))
@@ -140,7 +194,7 @@ func (c *capture) segment(now time.Time, src, dst netip.AddrPort, seq, ack uint3
 	binary.BigEndian.PutUint16(tcp[2:], dst.Port())
 	binary.BigEndian.PutUint32(tcp[4:], seq)
 	binary.BigEndian.PutUint32(tcp[8:], ack)
-	tcp[12] = tcpHdrLen / 4 << 4
+	tcp[12] = byte(len(tcp)/4) << 4
 	tcp[13] = flags
 	binary.BigEndian.PutUint16(tcp[14:], 0xffff) // window
 	// Checksum over the pseudo-header, the TCP header and the data.
@@ -148,7 +202,7 @@ func (c *capture) segment(now time.Time, src, dst netip.AddrPort, seq, ack uint3
 	copy(ph[0:], s4[:])
 	copy(ph[4:], d4[:])
 	ph[9] = 6
-	binary.BigEndian.PutUint16(ph[10:], uint16(tcpHdrLen+len(data)))
+	binary.BigEndian.PutUint16(ph[10:], uint16(len(tcp)+len(data)))
 	binary.BigEndian.PutUint16(tcp[16:], ^fold(sum(sum(sum(0, ph[:]), tcp), data)))
 
 	// One record, one Write.
@@ -243,6 +297,7 @@ func (cc *capConn) Close() error {
 		cc.closed = true
 		cc.c.segment(time.Now(), cc.local, cc.remote, cc.txSeq, cc.rxSeq, tcpFIN|tcpACK, nil)
 		cc.txSeq++
+		releaseStream(cc.local, cc.remote)
 	}
 	cc.mu.Unlock()
 	return cc.Conn.Close()

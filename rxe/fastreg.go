@@ -110,6 +110,7 @@ type fastMR struct {
 	maxSG  int
 	mu     sync.Mutex // staged; serialises MapMRSG against REG_MR
 	staged *mrMap     // the last MapMRSG's mapping (access unset)
+	segs   [][]byte   // MapMRSG's scratch (guarded by mu): no allocation per element
 }
 
 var _ verbs.FastRegMR = (*MR)(nil)
@@ -193,7 +194,10 @@ func (mr *MR) MapMRSG(sgl []verbs.SGE, sgOffset uint32, pageSize int) (int, erro
 		return 0, fmt.Errorf("rxe: map MR SG: MR is registered (invalidate it first): %w", verbs.ErrInvalidArgument)
 	}
 	ps := uint64(pageSize)
-	m := &mrMap{pd: mr.pd}
+	// One allocation for the map and one for its fragments: the
+	// fragments merge when the pages are contiguous, and at most one
+	// per page otherwise.
+	m := &mrMap{pd: mr.pd, frags: make([]mrFrag, 0, min(len(sgl), mr.fast.maxSG))}
 	pages, mapped := 0, 0
 	var lastEnd uint64
 	for i, e := range sgl {
@@ -218,7 +222,8 @@ func (mr *MR) MapMRSG(sgl []verbs.SGE, sgOffset uint32, pageSize int) (int, erro
 		if src == nil || src.m.Load().pd != mr.pd || src.fast != nil {
 			return mapped, fmt.Errorf("rxe: map MR SG: element %d: lkey %#x names no registered memory of this PD: %w", i, e.LKey, verbs.ErrInvalidLKey)
 		}
-		segs, ok := src.m.Load().appendSegs(nil, addr, uint32(n))
+		segs, ok := src.m.Load().appendSegs(mr.fast.segs[:0], addr, uint32(n))
+		mr.fast.segs = segs
 		if !ok {
 			return mapped, fmt.Errorf("rxe: map MR SG: element %d outside its MR: %w", i, verbs.ErrInvalidLKey)
 		}
@@ -230,6 +235,7 @@ func (mr *MR) MapMRSG(sgl []verbs.SGE, sgOffset uint32, pageSize int) (int, erro
 		lastEnd = addr + n
 		mapped++
 	}
+	clear(mr.fast.segs[:cap(mr.fast.segs)]) // hold no registered memory
 	mr.fast.staged = m
 	return mapped, nil
 }

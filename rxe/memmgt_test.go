@@ -594,3 +594,36 @@ func TestMemoryWindowUC(t *testing.T) {
 		t.Fatalf("LOCAL_INV on UC: %v", err)
 	}
 }
+
+// TestMapMRSGAllocs: mapping a 256-page scatter list (a 1 MiB LNet sink
+// of separate pages, as o2iblnd maps it) allocates the new mapping and
+// its fragment list only, not a slice per element.
+func TestMapMRSGAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under -race (sync.Pool drops items)")
+	}
+	a := mmOpen(t)
+	const pages = 256
+	fmr, err := verbs.AllocMR(a.pd, verbs.MRTypeMemReg, pages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sgl := make([]verbs.SGE, pages)
+	for i := range sgl {
+		// Separate allocations, so no two pages merge into one fragment.
+		mr, err := a.pd.RegMR(mmAligned(4096), verbs.AccessLocalWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sgl[i] = mr.SGE(0, 4096)
+	}
+	mapAll := func() {
+		if n, err := fmr.MapMRSG(sgl, 0, 4096); n != pages || err != nil {
+			t.Fatalf("MapMRSG: %d mapped, %v", n, err)
+		}
+	}
+	mapAll()
+	if n := testing.AllocsPerRun(20, mapAll); n > 2 {
+		t.Fatalf("%v allocations per MapMRSG of %d pages, want at most 2", n, pages)
+	}
+}

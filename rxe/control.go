@@ -101,3 +101,37 @@ func (cq *CQ) Peek(n int) int {
 	defer cq.mu.Unlock()
 	return min(n, cq.n)
 }
+
+var _ verbs.QPDrainer = (*QP)(nil)
+
+// DrainSQ implements verbs.QPDrainer (ib_drain_sq): the QP goes to ERR,
+// which flushes both queues; the call waits for the send queue only.
+func (q *QP) DrainSQ() error { return q.drainUntil(func() bool { return q.sq.len() == 0 }) }
+
+// DrainRQ implements verbs.QPDrainer (ib_drain_rq). A QP on an SRQ has
+// no receive queue of its own: moving it to ERR raises
+// LAST_WQE_REACHED (modify.go) and flushes the WQE it was filling, and
+// the call waits until it holds none.
+func (q *QP) DrainRQ() error {
+	return q.drainUntil(func() bool { return q.rq.len() == 0 && !q.resp.haveRWQE })
+}
+
+// drainUntil moves the QP to ERR and waits (QP.mu, drainC) until done
+// holds, as Drain does for both queues.
+func (q *QP) drainUntil(done func() bool) error {
+	q.mu.Lock()
+	defer q.unlock()
+	if q.dead {
+		return verbs.ErrClosed
+	}
+	if q.state != verbs.QPStateErr {
+		if q.state == verbs.QPStateReset {
+			return fmt.Errorf("rxe: drain QP in RESET: %w", verbs.ErrQPState)
+		}
+		q.setState(verbs.QPStateErr)
+	}
+	for !done() && !q.dead && q.state == verbs.QPStateErr {
+		q.drainC.Wait()
+	}
+	return nil
+}

@@ -94,3 +94,64 @@ func TestControlVerbs(t *testing.T) {
 		}
 	})
 }
+
+// TestDrainSQRQ: DrainSQ returns once the send queue is flushed, DrainRQ
+// once the receive queue is; a QP on an SRQ drains after
+// LAST_WQE_REACHED.
+func TestDrainSQRQ(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		nw := udptest.NewNetwork(7)
+		defer nw.Close()
+		a, b := simPair(t, nw, verbs.QPTypeRC, connOpts{rnrRetry: 7, minRNR: 31}, 4096)
+		// b has no receives: a's SENDs wait on RNR NAKs (retry 7 = ∞).
+		post(t, a,
+			verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.mr.SGE(0, 64)}},
+			verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.mr.SGE(0, 64)}})
+		time.Sleep(10 * time.Millisecond) // virtual
+		if err := verbs.DrainSQ(a.qp); err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := verbs.PeekCQ(a.cq, 8); n != 2 {
+			t.Fatalf("%d send completions after DrainSQ, want 2", n)
+		}
+		for _, wc := range waitWC(t, a.cq, 2) {
+			if wc.Status != verbs.WCWRFlushErr {
+				t.Errorf("send %d: %v, want WR_FLUSH_ERR", wc.WRID, wc.Status)
+			}
+		}
+		postRecv(t, b, verbs.RecvWR{ID: 7, SGL: []verbs.SGE{b.mr.SGE(0, 64)}}, verbs.RecvWR{ID: 8, SGL: []verbs.SGE{b.mr.SGE(64, 64)}})
+		if err := verbs.DrainRQ(b.qp); err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := verbs.PeekCQ(b.cq, 8); n != 2 {
+			t.Fatalf("%d receive completions after DrainRQ, want 2", n)
+		}
+
+		// A QP on an SRQ.
+		d := b.dev
+		srq, err := b.pd.CreateSRQ(&verbs.SRQInitAttr{Attr: verbs.SRQAttr{MaxWR: 8, MaxSGE: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		qp, err := b.pd.CreateQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: b.cq, RecvCQ: b.cq, SRQ: srq,
+			Cap: verbs.QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1}, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+			t.Fatal(err)
+		}
+		if err := verbs.DrainRQ(qp); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			e := <-d.Events()
+			if e.Type == verbs.EventQPLastWQEReached && e.QP == qp {
+				break
+			}
+		}
+		if err := verbs.DrainRQ(a.qp); err != nil { // already in ERR: returns at once
+			t.Fatal(err)
+		}
+	})
+}

@@ -243,3 +243,33 @@ func (f *EventFanout) Close() {
 		close(s)
 	}
 }
+
+// QPDrainer is implemented by QPs that drain their send and receive
+// queues separately (ib_drain_sq, ib_drain_rq).
+type QPDrainer interface {
+	// DrainSQ moves the QP to ERR and returns once every send work
+	// request has completed (flushed if unfinished).
+	DrainSQ() error
+	// DrainRQ moves the QP to ERR and returns once every receive work
+	// request has completed. For a QP on an SRQ it returns once the QP
+	// holds no receive WQE, after the LAST_WQE_REACHED event.
+	DrainRQ() error
+}
+
+// DrainSQ drains qp's send queue (ib_drain_sq).
+func DrainSQ(qp QP) error {
+	d, ok := qp.(QPDrainer)
+	if !ok {
+		return fmt.Errorf("verbs: drain SQ: %w", ErrNotSupported)
+	}
+	return d.DrainSQ()
+}
+
+// DrainRQ drains qp's receive queue (ib_drain_rq).
+func DrainRQ(qp QP) error {
+	d, ok := qp.(QPDrainer)
+	if !ok {
+		return fmt.Errorf("verbs: drain RQ: %w", ErrNotSupported)
+	}
+	return d.DrainRQ()
+}

@@ -95,19 +95,5 @@ func (id *ID) InitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, e
 // GID as destination, hop limit, traffic class, flow label, SL and the
 // local GID index and UDP port of the CM peer address.
 func (id *ID) ahFor(p *mad.Path) verbs.AHAttr {
-	return verbs.AHAttr{
-		GRH: verbs.GlobalRoute{
-			DGID:         verbs.GID(p.RemoteGID),
-			FlowLabel:    p.FlowLabel,
-			SGIDIndex:    id.remote.AH.GRH.SGIDIndex,
-			HopLimit:     p.HopLimit,
-			TrafficClass: p.TrafficClass,
-		},
-		DLID:       p.RemoteLID,
-		SL:         p.SL,
-		StaticRate: p.PacketRate,
-		IsGlobal:   true,
-		PortNum:    1,
-		DPort:      id.remote.AH.DPort,
-	}
+	return AHAttrFromPath(p, id.remote.AH.GRH.SGIDIndex, id.remote.AH.DPort)
 }

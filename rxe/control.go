@@ -1,7 +1,9 @@
 package rxe
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sync"
 
 	"softib/verbs"
@@ -135,3 +137,27 @@ func (q *QP) drainUntil(done func() bool) error {
 	}
 	return nil
 }
+
+var (
+	_ verbs.QPLister  = (*Device)(nil)
+	_ verbs.AHQuerier = (*AH)(nil)
+)
+
+// QPs implements verbs.QPLister.
+func (d *Device) QPs() []verbs.QP {
+	d.mu.Lock()
+	qs := make([]*QP, 0, len(d.qps))
+	for q := range d.qps {
+		qs = append(qs, q)
+	}
+	d.mu.Unlock()
+	slices.SortFunc(qs, func(a, b *QP) int { return cmp.Compare(a.qpn, b.qpn) })
+	out := make([]verbs.QP, len(qs))
+	for i, q := range qs {
+		out[i] = q
+	}
+	return out
+}
+
+// PD implements verbs.AHQuerier.
+func (ah *AH) PD() verbs.PD { return ah.pd }

@@ -3,6 +3,7 @@ package rxe_test
 import (
 	"errors"
 	"net/netip"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -74,6 +75,26 @@ func TestControlVerbs(t *testing.T) {
 		verbs.ModifyPort(db, 1, verbs.PortResetQKeyCntr, &verbs.PortModify{})
 		if pa, _ = db.QueryPort(1); pa.QKeyViolCntr != 0 {
 			t.Errorf("Q_Key violations %d after reset", pa.QKeyViolCntr)
+		}
+
+		if attr, pd, err := verbs.QueryAH(ah); err != nil || pd != a.pd || attr.GRH.DGID != verbs.GIDFromAddr(db.Addr().Addr()) {
+			t.Errorf("QueryAH: %+v %v %v", attr, pd, err)
+		}
+		b2 := newEnd(t, db, verbs.QPTypeRC, 64)
+		qps, err := verbs.DeviceQPs(db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var qpns []uint32
+		for _, q := range qps {
+			qpns = append(qpns, q.QPN())
+		}
+		if !slices.IsSorted(qpns) || !slices.Contains(qps, b.qp) || !slices.Contains(qps, b2.qp) || slices.Contains(qps, a.qp) {
+			t.Errorf("device b's QPs %v: want b's %#x and %#x, sorted, not a's", qpns, b.qp.QPN(), b2.qp.QPN())
+		}
+		b2.qp.Destroy()
+		if qps, _ = verbs.DeviceQPs(db); slices.Contains(qps, b2.qp) {
+			t.Error("a destroyed QP is still listed")
 		}
 
 		port, idx, err := verbs.FindGID(db, verbs.GIDFromAddr(db.Addr().Addr()))

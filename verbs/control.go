@@ -273,3 +273,34 @@ func DrainRQ(qp QP) error {
 	}
 	return d.DrainRQ()
 }
+
+// QPLister is implemented by devices that can list their QPs (the
+// kernel's rdma_restrack iteration over a device's QPs).
+type QPLister interface {
+	// QPs returns the device's live QPs, GSI included, in QPN order.
+	QPs() []QP
+}
+
+// DeviceQPs returns dev's live QPs in QPN order.
+func DeviceQPs(dev Device) ([]QP, error) {
+	l, ok := dev.(QPLister)
+	if !ok {
+		return nil, fmt.Errorf("verbs: list QPs: %w", ErrNotSupported)
+	}
+	return l.QPs(), nil
+}
+
+// AHQuerier is implemented by AHs that report their PD (rdma_query_ah
+// and the AH's pd).
+type AHQuerier interface {
+	PD() PD
+}
+
+// QueryAH returns ah's address vector and PD (rdma_query_ah).
+func QueryAH(ah AH) (AHAttr, PD, error) {
+	q, ok := ah.(AHQuerier)
+	if !ok {
+		return AHAttr{}, nil, fmt.Errorf("verbs: query AH: %w", ErrNotSupported)
+	}
+	return ah.Attr(), q.PD(), nil
+}

@@ -169,6 +169,9 @@ func Open(cfg Config) (verbs.Device, error) {
 		closeAll()
 		return nil, fmt.Errorf("rxe: open: no usable local address: %w", verbs.ErrInvalidArgument)
 	}
+	if c.NetMTU == 0 {
+		c.NetMTU = linkNetMTU(conn)
+	}
 	if c.NetMTU < 256+hdrOverhead {
 		closeAll()
 		return nil, fmt.Errorf("rxe: open: NetMTU %d too small: %w", c.NetMTU, verbs.ErrInvalidArgument)
@@ -401,6 +404,7 @@ func (d *Device) Close() error {
 	if d.closed.Swap(true) {
 		return verbs.ErrClosed
 	}
+	verbs.Retire(d) // clients' Remove callbacks (verbs/registry.go)
 	d.mu.Lock()
 	qps := make([]*QP, 0, len(d.qps))
 	for q := range d.qps {

@@ -92,7 +92,8 @@ func TestQueryAndSQD(t *testing.T) {
 }
 
 func TestUDLengthError(t *testing.T) {
-	a, b := pair(t, verbs.QPTypeUD, rxe.Config{}, connOpts{}, 4096)
+	// A 1500-byte link: UD messages above 1024 bytes are refused.
+	a, b := pair(t, verbs.QPTypeUD, rxe.Config{DeviceConfig: verbs.DeviceConfig{NetMTU: 1500}}, connOpts{}, 4096)
 	ah, _ := a.pd.CreateAH(&verbs.AHAttr{IsGlobal: true, GRH: verbs.GlobalRoute{DGID: verbs.GIDFromAddr(b.dev.Addr().Addr()), SGIDIndex: 1}})
 	postRecv(t, b, verbs.RecvWR{ID: 1, SGL: []verbs.SGE{b.mr.SGE(0, 60)}}) // 40 + 20 < 40 + 100
 	post(t, a, verbs.SendWR{ID: 2, Opcode: verbs.WRSend, SGL: []verbs.SGE{a.mr.SGE(0, 100)}, AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: 0x11111111})

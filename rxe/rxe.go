@@ -5,7 +5,10 @@
 // Architecture (mirroring rxe's split by role, roce-wire.md §8/§9):
 //
 //	device.go     device object, GID/P_Key tables, QPN table, receive
-//	              goroutine: ReadBatch → header checks (§9) → QP inbound ring
+//	              checks: roce.Parse → header checks (§9) → QP inbound ring
+//	shard.go      receive shards: RxShards sockets on the device address
+//	              (SO_REUSEPORT), each with its goroutine and token, and
+//	              the cross-shard ordering invariant
 //	requester.go  send WQEs → request packets (segmentation, window, fences,
 //	              credits, max_rd_atomic)
 //	responder.go  request packets → memory/receive WQEs, ACK/NAK, READ and
@@ -16,9 +19,11 @@
 //	              processing round and run loop, scheduling, tx batching
 //	              (file map in engine.go)
 //	locking.go    every mutex, the lock order, the scheduling invariants
-//	busypoll.go   the receive token: CQ pollers (busy-poll mode, or
-//	              spinning) read the socket (busypoll_linux.go:
-//	              non-blocking recvmmsg)
+//	busypoll.go   the receive token per shard: CQ pollers (busy-poll
+//	              mode, or spinning) read the shards through udp.Reader
+//	              (recvmmsg on Linux, the udptest queue in tests), reached
+//	              from CQ.Poll through the device hook pollEmpty
+//	linkmtu.go    the port's active MTU from the link of the device address
 //	mr.go, cq.go  PD/MR/AH and CQ/SRQ
 //	icrc.go       ICRC, pseudo-GRH and UDP source port helpers
 //
@@ -45,8 +50,8 @@
 // them along the same way, without any goroutine hand-off.
 // Packet buffers come from a pool: the data path does not allocate.
 //
-// Reading the socket is a token (busypoll.go). A CQ Poll that finds its
-// CQ empty — every time in busy-poll mode (DeviceConfig.BusyPoll), else
+// Reading each receive shard's socket is a token (busypoll.go). A CQ
+// Poll that finds its CQ empty — every time in busy-poll mode (DeviceConfig.BusyPoll), else
 // once the application has been spinning on Poll (Config.PollRxAfter
 // empty polls in a row) — takes the token if it is free, reads one
 // batch with a non-blocking recvmmsg and runs the QPs inline, so the
@@ -65,11 +70,13 @@
 // Poll a CQ now and then: Go runs a goroutine that yields with
 // runtime.Gosched again before it checks the netpoller, so while every
 // P spins the receive goroutine does not run, and the poll is what
-// reads the socket. udp.Conn has no non-blocking read, so the token
-// path reads a Linux *udp.Socket, with or without GRO, through its
-// udp.PollReader (which splits GRO super-datagrams as ReadBatch does);
-// other Conns keep the receive goroutine on ReadBatch (in busy-poll
-// mode spinning in it, as udp.Config.BusyPoll does).
+// reads the socket. The token path reads any udp.PollConn through its
+// udp.Reader: a Linux *udp.Socket, with or without GRO (the reader
+// splits GRO super-datagrams as ReadBatch does), and the udptest
+// endpoints, so the deterministic suite runs this path too; other Conns
+// keep the receive goroutine on ReadBatch (in busy-poll mode spinning
+// in it, as udp.Config.BusyPoll does). With several shards the poller
+// reads its CQ's last useful shard first, then the others.
 //
 // Where softib differs from Linux rxe, and why:
 //   - Each QP sends from the UDP source port rxe would use (SourcePort;
@@ -135,8 +142,8 @@ const (
 	GSIQKey        = 0x80010000
 	DefaultPKey    = 0xFFFF
 	firstUserQPN   = 0x11
-	hdrOverhead    = 80 // RXE_MAX_HDR_LENGTH
-	defaultNetMTU  = 1500
+	hdrOverhead    = 80   // RXE_MAX_HDR_LENGTH
+	defaultNetMTU  = 1500 // for Conns that cannot tell their link's (linkmtu.go)
 	vendorID       = 0xFFFFFF
 	portCapCMSup   = 1 << 16
 	maxUnackedPSNs = 128 // RXE_MAX_UNACKED_PSNS
@@ -213,9 +220,6 @@ func (c *Config) withDefaults() Config {
 	}
 	if d.Port == 0 {
 		d.Port = RoCEv2Port
-	}
-	if d.NetMTU == 0 {
-		d.NetMTU = defaultNetMTU
 	}
 	if d.InlineRx == 0 {
 		d.InlineRx = inlineRxBatch

@@ -58,23 +58,30 @@ func (s *Socket) Sender(laddr netip.AddrPort) (*Socket, error) {
 	c := s.cfg
 	addr := senderAddr(s.laddr, laddr)
 	open := func() (*Socket, error) { return OpenSender(addr, &c) }
+	return inSocketNetns(s, open)
+}
+
+// inSocketNetns runs f in s's network namespace: on the calling thread
+// when that is where s lives or the kernel does not tell (SIOCGSKNS and
+// setns need CAP_NET_ADMIN and CAP_SYS_ADMIN; without them the calling
+// thread's namespace is all that can be used), else on a thread switched
+// into it (inNetns).
+func inSocketNetns[T any](s *Socket, f func() (T, error)) (T, error) {
 	// Holding the cache's lock keeps Close from closing nsfd under us.
 	s.ns.mu.Lock()
 	defer s.ns.mu.Unlock()
 	nsfd, dev, ino := s.ns.get(s)
 	if nsfd < 0 {
-		// Not permitted (unprivileged) or an old kernel: the
-		// calling thread's namespace is all that can be used.
-		return open()
+		return f()
 	}
 	runtime.LockOSThread()
 	var cur unix.Stat_t
 	if err := unix.Stat("/proc/thread-self/ns/net", &cur); err == nil && cur.Dev == dev && cur.Ino == ino {
 		defer runtime.UnlockOSThread()
-		return open()
+		return f()
 	}
 	runtime.UnlockOSThread()
-	return inNetns(nsfd, open)
+	return inNetns(nsfd, f)
 }
 
 // sockNS caches a socket's network namespace (a descriptor from
@@ -120,9 +127,9 @@ func (n *sockNS) close() {
 // inNetns runs open on a thread switched into the network namespace
 // nsfd. The thread goes back to its namespace afterwards and is reused
 // only if that works; otherwise it exits with its goroutine.
-func inNetns(nsfd int, open func() (*Socket, error)) (*Socket, error) {
+func inNetns[T any](nsfd int, open func() (T, error)) (T, error) {
 	type result struct {
-		s   *Socket
+		s   T
 		err error
 	}
 	ch := make(chan result, 1)
@@ -131,13 +138,13 @@ func inNetns(nsfd int, open func() (*Socket, error)) (*Socket, error) {
 		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			runtime.UnlockOSThread()
-			ch <- result{nil, os.NewSyscallError("open netns", err)}
+			ch <- result{err: os.NewSyscallError("open netns", err)}
 			return
 		}
 		defer unix.Close(orig)
 		if err := unix.Setns(nsfd, unix.CLONE_NEWNET); err != nil {
 			runtime.UnlockOSThread()
-			ch <- result{nil, os.NewSyscallError("setns", err)}
+			ch <- result{err: os.NewSyscallError("setns", err)}
 			return
 		}
 		s, err := open()

@@ -20,8 +20,11 @@ type DeviceConfig struct {
 	// Port is the local UDP port (default 4791). Processes sharing a host
 	// use different addresses (127.0.0.2, 127.0.0.3, ...) or ports.
 	Port uint16
-	// NetMTU is the link MTU the device assumes (default 1500); the port's
-	// active MTU is the largest IB MTU not above NetMTU-80, as rxe does.
+	// NetMTU is the link MTU the device assumes (default: the MTU of the
+	// interface holding Addr, as rdma_rxe takes its netdev's; 1500 when
+	// there is none); the port's active MTU is the largest IB MTU not
+	// above NetMTU-80, as rxe does: 4096 on loopback and jumbo links,
+	// 1024 on a 1500-byte Ethernet link.
 	NetMTU int
 	// BusyPoll makes the device poll its socket without parking, trading a
 	// CPU core for latency.

@@ -39,6 +39,6 @@ func Example() {
 		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags)
 	fmt.Println(qp.State(), err, attr.Cap.MaxInlineData, mr.Len())
 	// Output:
-	// PORT_ACTIVE 1024 Ethernet true
+	// PORT_ACTIVE 4096 Ethernet true
 	// INIT <nil> 16 4096
 }

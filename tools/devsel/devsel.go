@@ -48,7 +48,8 @@ type Options struct {
 	IBPort int
 	// GIDIndex is the source GID index (-g/-x); -1 means none.
 	GIDIndex int
-	// NetMTU is the link MTU the device assumes (0 = 1500).
+	// NetMTU is the link MTU the device assumes (0 = the MTU of the
+	// interface holding the address).
 	NetMTU int
 	// BusyPoll makes the device spin on its socket for lower latency.
 	BusyPoll bool
@@ -88,7 +89,7 @@ func (o *Options) Register(fs *flag.FlagSet, gidDefault int, gidFlags ...string)
 	for _, n := range gidFlags {
 		fs.IntVar(&o.GIDIndex, n, gidDefault, "GID `index` (1 = the IPv4-mapped GID, as on Linux rxe)")
 	}
-	fs.IntVar(&o.NetMTU, "net-mtu", o.NetMTU, "link `MTU` the device assumes (default 1500; 4096-byte IB MTU needs 4176 or more)")
+	fs.IntVar(&o.NetMTU, "net-mtu", o.NetMTU, "link `MTU` the device assumes (default: the MTU of the interface holding --addr, as Linux rxe; 4096-byte IB MTU needs 4176 or more, a 1500 link gives 1024)")
 	fs.BoolVar(&o.BusyPoll, "busy-poll", o.BusyPoll, "busy-poll the device socket (lower latency, one CPU spinning)")
 	RegisterObserve(fs) // --pcap, --metrics (observe.go)
 	fs.StringVar(&o.Provider, "provider", o.Provider, "verbs `provider`: rxe (softib's Soft-RoCE, the default) or ibverbs (kernel RDMA devices; needs a build with -tags ibverbs) (default $"+EnvProvider+", else rxe)")

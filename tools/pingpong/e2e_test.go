@@ -111,7 +111,7 @@ func TestUDPingpong(t *testing.T) {
 
 func TestUDSizeAboveMTU(t *testing.T) {
 	d := openDev(t)
-	_, err := pingpong.Run(t.Context(), d, pingpong.Config{Kind: pingpong.UD, Size: 4096, Host: "127.0.0.1", TCPPort: 1})
+	_, err := pingpong.Run(t.Context(), d, pingpong.Config{Kind: pingpong.UD, Size: 8192, Host: "127.0.0.1", TCPPort: 1})
 	if err == nil || !strings.Contains(err.Error(), "larger than port MTU") {
 		t.Fatalf("err %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"softib/internal/testaddr"
 	"softib/rxe"
 	"softib/udp/udptest"
 	"softib/verbs"
@@ -175,4 +176,23 @@ func TestDrainSQRQ(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestRegistryRxe: an rxe device opened through verbs.Open is announced
+// to clients, found by name, and retired when it closes.
+func TestRegistryRxe(t *testing.T) {
+	var removed []verbs.Device
+	unreg := verbs.RegisterClient(&verbs.Client{Remove: func(d verbs.Device) { removed = append(removed, d) }})
+	defer unreg()
+	d, err := verbs.Open(verbs.DeviceConfig{Provider: "rxe", Name: "rxe-registry-test", Addr: testaddr.Next()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := verbs.DeviceByName("rxe-registry-test"); err != nil || got != d {
+		t.Fatalf("DeviceByName: %v %v", got, err)
+	}
+	d.Close()
+	if !slices.Contains(removed, d) || slices.Contains(verbs.Devices(), d) {
+		t.Errorf("closed device not retired (removed %v)", removed)
+	}
 }

@@ -227,5 +227,9 @@ func Open(cfg DeviceConfig) (Device, error) {
 		}
 		return nil, fmt.Errorf("%w: %q", ErrNoProvider, name)
 	}
-	return p.Open(cfg)
+	d, err := p.Open(cfg)
+	if err == nil {
+		announce(d) // registry.go
+	}
+	return d, err
 }

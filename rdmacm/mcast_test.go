@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"softib/internal/netns"
+	"softib/internal/testenv"
 	"softib/rdmacm"
 	"softib/rxe"
 	"softib/verbs"
@@ -24,6 +25,13 @@ import (
 // group.
 func TestMulticastNetns(t *testing.T) {
 	p := netns.NewPair(t, netns.PairConfig{})
+	// Datagrams are not retransmitted: wait until the link carries
+	// traffic (a fresh veth drops what it is given until linkwatch has
+	// activated its queue, up to a second later, longer under load).
+	testenv.RequireTool(t, "ping")
+	if out, err := p.A.Command("ping", "-c", "1", "-w", "20", p.B.Addr.String()).CombinedOutput(); err != nil {
+		t.Fatalf("ping %v: %v\n%s", p.B.Addr, err, out)
+	}
 	open := func(n *netns.Node, addr netip.Addr) (*rdmacm.Manager, *rxe.Device) {
 		var d verbs.Device
 		if err := n.Do(func() (err error) {

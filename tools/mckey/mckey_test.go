@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"softib/internal/netns"
+	"softib/internal/testenv"
 	"softib/rdmacm"
 	"softib/rxe"
 	"softib/tools/mckey"
@@ -44,6 +45,13 @@ func (w *lineWriter) String() string { w.mu.Lock(); defer w.mu.Unlock(); return 
 // lines.
 func TestMckeyNetns(t *testing.T) {
 	p := netns.NewPair(t, netns.PairConfig{})
+	// Datagrams are not retransmitted: wait until the link carries
+	// traffic (a fresh veth drops what it is given until linkwatch has
+	// activated its queue, up to a second later, longer under load).
+	testenv.RequireTool(t, "ping")
+	if out, err := p.A.Command("ping", "-c", "1", "-w", "20", p.B.Addr.String()).CombinedOutput(); err != nil {
+		t.Fatalf("ping %v: %v\n%s", p.B.Addr, err, out)
+	}
 	open := func(n *netns.Node, addr netip.Addr) *rdmacm.Manager {
 		var d verbs.Device
 		if err := n.Do(func() (err error) {

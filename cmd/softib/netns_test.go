@@ -209,8 +209,10 @@ func waitStraggler(t *testing.T, r *netemu.Router, p *nsProc, who string, aToB b
 // READ and SEND bandwidth tests.
 var (
 	pingpongRuns = []roceRun{
-		{"rc_pingpong_4k", []string{"rc_pingpong", "-c", "-s", "4096", "-n", "200"}},
-		{"rc_pingpong_64k", []string{"rc_pingpong", "-c", "-s", "65536", "-n", "200"}},
+		// The path crosses a router: rdma-core's hop limit 1 (the IP
+		// TTL, as on Linux rxe) would die there.
+		{"rc_pingpong_4k", []string{"rc_pingpong", "--hop-limit", "8", "-c", "-s", "4096", "-n", "200"}},
+		{"rc_pingpong_64k", []string{"rc_pingpong", "--hop-limit", "8", "-c", "-s", "65536", "-n", "200"}},
 	}
 	perfRuns = []roceRun{
 		{"write_bw", []string{"perf", "write_bw", "-s", "65536", "-n", "50"}},
@@ -282,7 +284,7 @@ func TestNetnsRoCEImpairedPingpong(t *testing.T) {
 	runs := append([]roceRun(nil), pingpongRuns...)
 	// Go-back-N over 64 packets per message at 10% loss is slow: fewer
 	// iterations keep the test short.
-	runs[1].args = []string{"rc_pingpong", "-c", "-s", "65536", "-n", "50"}
+	runs[1].args = []string{"rc_pingpong", "--hop-limit", "8", "-c", "-s", "65536", "-n", "50"}
 	runAll(t, r, bin, runs)
 	checkBit(t, r)
 }

@@ -11,6 +11,7 @@ type Flags struct {
 	fs  *flag.FlagSet
 	cfg Config
 	sl  *uint
+	hop *uint
 }
 
 // RegisterFlags adds the pingpong flags of kind to fs.
@@ -47,6 +48,9 @@ func RegisterFlags(fs *flag.FlagSet, kind Kind) (*Flags, error) {
 		fs.BoolVar(&c.Check, n, false, "validate received buffers")
 	}
 	f.sl = sl
+	// Not in rdma-core (whose pingpongs always send hop limit 1): the
+	// IP TTL across routed paths.
+	f.hop = fs.Uint("hop-limit", 1, "GRH hop limit = IP TTL of every packet (rdma-core's 1 does not cross a router)")
 	return f, nil
 }
 
@@ -68,6 +72,10 @@ func (f *Flags) Finish(args []string) (Config, error) {
 		return Config{}, fmt.Errorf("bad service level %d", *f.sl)
 	}
 	c.SL = uint8(*f.sl)
+	if *f.hop < 1 || *f.hop > 255 {
+		return Config{}, fmt.Errorf("--hop-limit %d: want 1 to 255", *f.hop)
+	}
+	c.HopLimit = uint8(*f.hop)
 	if c.TCPPort <= 0 || c.TCPPort > 65535 {
 		return Config{}, fmt.Errorf("bad port %d", c.TCPPort)
 	}

@@ -74,6 +74,11 @@ type Config struct {
 	Iters int
 	// SL is the service level.
 	SL uint8
+	// HopLimit is the GRH hop limit of the path, sent as the IP TTL /
+	// hop limit of every packet as Linux rxe does; 0 means 1, what
+	// rdma-core's pingpongs set, so that across a router (which drops
+	// TTL 1) a larger value must be asked for (--hop-limit).
+	HopLimit uint8
 	// Events sleeps on CQ events instead of polling (-e).
 	Events bool
 	// Check validates received data (-c, rdma-core's --chk): the first
@@ -376,7 +381,7 @@ func (r *runner) connect(rem Dest) error {
 	if rem.GID.InterfaceID() == 0 {
 		return fmt.Errorf("the peer sent no GID (QPN %#06x): RoCE needs one — run both ends with -g 1", rem.QPN)
 	}
-	av := rdmautil.AV(c.Port, rdmautil.Peer{LID: rem.LID, GID: rem.GID, DPort: c.PeerUDPPort}, c.GIDIndex, 1, c.SL)
+	av := rdmautil.AV(c.Port, rdmautil.Peer{LID: rem.LID, GID: rem.GID, DPort: c.PeerUDPPort}, c.GIDIndex, max(c.HopLimit, 1), c.SL)
 	if c.Kind == UD {
 		ah, err := r.pd.CreateAH(&av)
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -181,7 +182,33 @@ func NewPair(t testing.TB, cfg PairConfig) *Pair {
 		}
 		c.n.configure(t, c.p4, c.p6, cfg.NoIPv6)
 	}
+	if !cfg.Relay {
+		waitLink(t, a, b)
+	}
 	return p
+}
+
+// waitLink returns once an IPv4 ping crossed the veth in each direction:
+// `ip link set up` returns before the kernel attaches the veth's qdisc,
+// and until then the link drops what is sent (a test sending datagrams
+// without retransmission at once lost its first ones). The relay mode's
+// link is up when its file descriptors are, and probing it would draw
+// from its seeded impairment.
+func waitLink(t testing.TB, a, b *Node) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, d := range [][2]*Node{{a, b}, {b, a}} {
+		for {
+			err := run(nil, "ip", "netns", "exec", d[0].Name, "ping", "-n", "-q", "-c", "1", "-W", "1", d[1].Addr.String())
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("netns: %s cannot reach %s over the new veth: %v", d[0].Name, d[1].Addr, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 }
 
 // New creates cfg.N namespaces on one segment: a veth pair for two

@@ -66,6 +66,12 @@ func (q *QP) resolve(sgl []verbs.SGE, segs *[][]byte, write bool) verbs.WCStatus
 // copyOut copies bytes [off, off+len(dst)) of the scattered buffer segs
 // into dst.
 func copyOut(dst []byte, segs [][]byte, off int) {
+	raceMemLock()
+	scatterOut(dst, segs, off)
+	raceMemUnlock()
+}
+
+func scatterOut(dst []byte, segs [][]byte, off int) {
 	for _, s := range segs {
 		if off >= len(s) {
 			off -= len(s)
@@ -82,6 +88,12 @@ func copyOut(dst []byte, segs [][]byte, off int) {
 
 // copyIn copies src into the scattered buffer segs at offset off.
 func copyIn(segs [][]byte, off int, src []byte) {
+	raceMemLock()
+	scatterIn(segs, off, src)
+	raceMemUnlock()
+}
+
+func scatterIn(segs [][]byte, off int, src []byte) {
 	for _, s := range segs {
 		if off >= len(s) {
 			off -= len(s)

@@ -87,22 +87,26 @@ func (m *mrMap) appendSegs(segs [][]byte, va uint64, n uint32) ([][]byte, bool) 
 
 // copyIn copies src to va; the range must be inside the mapping.
 func (m *mrMap) copyIn(va uint64, src []byte) {
+	raceMemLock()
 	off := va - m.addr
 	for i := m.frag(off); len(src) > 0 && i < len(m.frags); i++ {
 		f := m.frags[i]
 		n := copy(f.b[off-f.off:], src)
 		src, off = src[n:], off+uint64(n)
 	}
+	raceMemUnlock()
 }
 
 // copyOut fills dst from va; the range must be inside the mapping.
 func (m *mrMap) copyOut(dst []byte, va uint64) {
+	raceMemLock()
 	off := va - m.addr
 	for i := m.frag(off); len(dst) > 0 && i < len(m.frags); i++ {
 		f := m.frags[i]
 		n := copy(dst, f.b[off-f.off:])
 		dst, off = dst[n:], off+uint64(n)
 	}
+	raceMemUnlock()
 }
 
 // fastMR is the fast-registration state of an MR.

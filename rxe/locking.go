@@ -63,8 +63,9 @@ package rxe
 // notifies the channel), and socket calls are made under a lane mutex
 // (sends) or the receive token (receives).
 //
-// CQ.mu, SRQ.mu, Device.mu, Device.evMu, capturer.mu and sportTable.mu
-// are leaves: nothing is locked under them (CQ.push and SRQ.take
+// CQ.mu, SRQ.mu, Device.mu, Device.evMu, capturer.mu, sportTable.mu
+// and, in -race builds only, raceMem (racemem_race.go: every copy into or
+// out of registered memory) are leaves: nothing is locked under them (CQ.push and SRQ.take
 // release their mutex before raising an event). Nothing takes
 // Device.defMu or the receive token with QP.mu held: a round that
 // defers its responses lists the QP (addDeferred) after releasing

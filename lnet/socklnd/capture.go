@@ -281,13 +281,15 @@ func (cc *capConn) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// Write records the bytes written.
+// Write records the bytes, then writes them. Recording first matters:
+// once they are on the socket the peer may act on them (a ZC-ACK, an
+// in-process router's completion) and the buffer be released and reused
+// while a record made afterwards still copied it. A write that fails
+// leaves its bytes in the capture as sent (net.Conn writes all or
+// returns an error, and the connection then closes).
 func (cc *capConn) Write(b []byte) (int, error) {
-	n, err := cc.Conn.Write(b)
-	if n > 0 {
-		cc.stream(b[:n], true)
-	}
-	return n, err
+	cc.stream(b, true)
+	return cc.Conn.Write(b)
 }
 
 // Close records our FIN once.

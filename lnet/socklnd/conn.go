@@ -48,10 +48,18 @@ type tx struct {
 	deadline time.Time // while queued on a peer without a connection
 	// Zero-copy state: cookie and conn are set under Driver.mu when the
 	// send waits for a ZC-ACK; refs counts the writer and the pending map,
-	// the last one to let go recycles the descriptor.
-	cookie uint64
-	conn   *conn
-	refs   atomic.Int32
+	// the last one to let go finalizes the message with zcStatus (set by
+	// whoever took the send off the map: the ACK, a failed write, the
+	// close) and recycles the descriptor. The message is done only when
+	// both let go, as ksocknal_tx_done after the last tx reference: the
+	// peer's ACK can arrive before the writer is back from the write that
+	// carried the payload, and the payload must not be released (and a
+	// router buffer reused) under that write.
+	cookie   uint64
+	conn     *conn
+	refs     atomic.Int32
+	zcStatus error
+	zcDone   bool
 	// kept is a forwarded payload to splice from (keep_linux.go), taken
 	// off the message by the writer.
 	kept *keptPayload
@@ -68,17 +76,29 @@ func (d *Driver) getTx() *tx {
 
 func (d *Driver) putTx(t *tx) {
 	t.msg, t.conn, t.cookie, t.nob, t.deadline, t.kept = nil, nil, 0, 0, time.Time{}, nil
+	t.zcStatus, t.zcDone = nil, false
 	select {
 	case d.txPool <- t:
 	default:
 	}
 }
 
-// release drops one reference of a zero-copy send.
+// release drops one reference of a zero-copy send; the last one
+// finalizes its message (if zcComplete ran) and recycles it.
 func (d *Driver) release(t *tx) {
 	if t.refs.Add(-1) == 0 {
+		if t.zcDone {
+			d.ni.Finalize(t.msg, t.zcStatus)
+		}
 		d.putTx(t)
 	}
+}
+
+// zcComplete records how a zero-copy send ended (its taker removed it
+// from the pending map) and drops the map's reference.
+func (d *Driver) zcComplete(t *tx, status error) {
+	t.zcStatus, t.zcDone = status, true
+	d.release(t)
 }
 
 // rxReq is what Recv hands to the reader: where the payload goes.
@@ -280,8 +300,7 @@ func (c *conn) close(err error) {
 	c.queued.Add(-int64(len(q)))
 	d.failTxs(q, status)
 	for _, t := range zc {
-		d.ni.Finalize(t.msg, status)
-		d.release(t)
+		d.zcComplete(t, status)
 	}
 	if c.p != nil {
 		d.log.Debug("connection closed", "conn", c, "err", err)
@@ -453,8 +472,7 @@ func (c *conn) flush(batch []*tx, ping bool) error {
 			d.mu.Unlock()
 		}
 		for _, t := range failed {
-			d.ni.Finalize(t.msg, errConnLost)
-			d.release(t)
+			d.zcComplete(t, errConnLost)
 		}
 		for _, t := range batch {
 			if t.conn == nil {
@@ -772,8 +790,7 @@ func (d *Driver) handleZCAck(c *conn, a lnetwire.SockZCAcks) {
 		d.stats.ZCAcksUnknown.Add(unknown)
 	}
 	for i, t := range done {
-		d.ni.Finalize(t.msg, nil)
-		d.release(t)
+		d.zcComplete(t, nil)
 		done[i] = nil
 	}
 	c.zcDone = done[:0]

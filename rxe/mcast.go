@@ -40,7 +40,7 @@ const (
 
 // mcastTable is a device's multicast groups.
 type mcastTable struct {
-	mu     sync.Mutex // guards groups and total; taken before no other lock
+	mu     sync.Mutex // guards groups and total; QP.mu may be taken under it (locking.go)
 	groups map[verbs.GID]*mcastGroup
 	total  int // attachments of all groups
 }

@@ -63,7 +63,7 @@ func TestCLIEndToEnd(t *testing.T) {
 	}{
 		{"rc_pingpong", func(a []string) int { return runPingpong(pingpong.RC, a) }, []string{"-n", "20", "-s", "100", "-c"}},
 		{"ud_pingpong", func(a []string) int { return runPingpong(pingpong.UD, a) }, []string{"-n", "20", "-s", "100"}},
-		// No -s: the default 2048 shrinks to the 1024-byte port MTU.
+		// No -s: the default 2048 fits the port MTU (shrunk to it on a 1500-byte link).
 		{"ud_pingpong default size", func(a []string) int { return runPingpong(pingpong.UD, a) }, []string{"-n", "20"}},
 		{"rc_pingpong json", func(a []string) int { return runPingpong(pingpong.RC, a) }, []string{"-n", "20", "--json"}},
 		{"perf write_bw", func(a []string) int { return runPerf(perftest.WriteBW, a) }, []string{"-n", "50", "-s", "1000", "-x", "1"}},

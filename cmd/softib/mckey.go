@@ -26,7 +26,7 @@ func runMckey(args []string) int {
 	fs.StringVar(&dev.Provider, "provider", "", "verbs `provider`: rxe (default) (default $"+devsel.EnvProvider+")")
 	fs.UintVar(&dev.UDPPort, "udp-port", 0, "local RoCEv2 UDP `port` (default 4791)")
 	fs.StringVar(&dev.Name, "ib-dev", "", "device `name` (default rxe0)")
-	fs.IntVar(&dev.NetMTU, "net-mtu", 0, "link `MTU` the device assumes (default 1500)")
+	fs.IntVar(&dev.NetMTU, "net-mtu", 0, "link `MTU` the device assumes (default: the MTU of the interface holding --addr, as Linux rxe)")
 	var cfg mckey.Config
 	group := fs.String("m", "", "multicast `address`")
 	bind := fs.String("b", "", "bind `address`")

@@ -165,9 +165,19 @@ func TestE2EO2IBSizes(t *testing.T) {
 // A's next PUTs reach it, with verified data, and A logs B's new
 // incarnation.
 func TestE2EO2IBPeerKilledAndRestarted(t *testing.T) {
-	nodes := parallelNSNodes(t, 2, 16, 128, "              timeout: 10\n")
+	// keepalive 3: an idle connection to a dead B is found out by its
+	// NOOP within seconds (see transaction_timeout below).
+	nodes := parallelNSNodes(t, 2, 16, 128, "              timeout: 10\n              keepalive: 3\n")
 	a, b := nodes[0], nodes[1]
 	o2ibPutGet(t, a, b, 1<<20, 0, 1)
+	// B may die after A's last PUT completed at the LND (its SEND event)
+	// and before B's LNet sent the ACK: then nothing is in flight, no LND
+	// error can come, and only response tracking reports the missing ACK
+	// (an UNLINK event with a timeout), after transaction_timeout (150 s
+	// by default, longer than the stream waits). A short one makes that
+	// window end in an error event too; the keepalive NOOP then finds B
+	// down.
+	ctlOK(t, a.sock, "set", "transaction_timeout", "8")
 
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()

@@ -7,13 +7,11 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"softib/internal/netns"
 	"softib/internal/pcap"
 	"softib/internal/testenv"
 	"softib/interop/vmtest"
@@ -197,36 +195,11 @@ func TestICRCInteropKernelRxe(t *testing.T) {
 	t.Logf("live: %d corrupted frames dropped (ICRCErr), %d intact ones with random IDs accepted", bad, good)
 }
 
-// inNetns runs fn on a thread inside the named network namespace; sockets
-// fn opens stay in it. The thread is reused only if switching back works.
+// inNetns runs fn inside the named network namespace (netns.Run);
+// sockets fn opens stay in it.
 func inNetns(t *testing.T, ns string, fn func() error) {
 	t.Helper()
-	ch := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := unix.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			ch <- err
-			return
-		}
-		defer unix.Close(orig)
-		fd, err := unix.Open("/var/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			ch <- err
-			return
-		}
-		defer unix.Close(fd)
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			ch <- err
-			return
-		}
-		err = fn()
-		if rerr := unix.Setns(orig, unix.CLONE_NEWNET); rerr == nil {
-			runtime.UnlockOSThread()
-		}
-		ch <- err
-	}()
-	if err := <-ch; err != nil {
+	if err := netns.Run(ns, fn); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -323,31 +323,36 @@ func must(t testing.TB, err error) {
 }
 
 // Do runs f on a goroutine whose OS thread has entered the namespace and
-// returns f's error. Sockets f creates belong to the namespace for their
-// whole life and may be used from any goroutine after Do returns.
-// Goroutines that f starts do NOT run in the namespace.
+// returns f's error (see Run).
+func (n *Node) Do(f func() error) error { return Run(n.Name, f) }
+
+// Run runs f on a goroutine whose OS thread has entered the named network
+// namespace (/run/netns/name, as `ip netns add` makes it) and returns f's
+// error. Sockets f creates belong to the namespace for their whole life
+// and may be used from any goroutine after Run returns. Goroutines that f
+// starts do NOT run in the namespace.
 //
 // The thread stays locked and is never unlocked: once its network
 // namespace has changed it must not run other goroutines, so the Go
 // runtime discards it when f returns.
-func (n *Node) Do(f func() error) error {
+func Run(name string, f func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // deliberately never unlocked, see above
 		defer func() {
 			if r := recover(); r != nil {
-				errc <- fmt.Errorf("netns %s: panic in Do: %v", n.Name, r)
+				errc <- fmt.Errorf("netns %s: panic in Run: %v", name, r)
 			}
 		}()
-		fd, err := unix.Open("/run/netns/"+n.Name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		fd, err := unix.Open("/run/netns/"+name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			errc <- fmt.Errorf("netns %s: %w", n.Name, err)
+			errc <- fmt.Errorf("netns %s: %w", name, err)
 			return
 		}
 		err = unix.Setns(fd, unix.CLONE_NEWNET)
 		unix.Close(fd)
 		if err != nil {
-			errc <- fmt.Errorf("netns %s: setns: %w", n.Name, err)
+			errc <- fmt.Errorf("netns %s: setns: %w", name, err)
 			return
 		}
 		errc <- f()

@@ -12,14 +12,12 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"softib/cm"
+	"softib/internal/netns"
 	"softib/interop/vm"
 	"softib/interop/vmtest"
 	"softib/rdmacm"
@@ -65,7 +63,7 @@ func testISER(ctx context.Context, t *testing.T, v *vm.VM, m *rdmacm.Manager, ho
 	}, func(tgt target) error {
 		// The host address lives in the VM's network namespace, so the
 		// TCP discovery listener is opened there.
-		return listenInNetns(v.Namespace(), tgt.Listen)
+		return netns.Run(v.Namespace(), tgt.Listen) // the TCP discovery socket, where the host address lives
 	})
 	stop := start()
 	defer func() { stop() }()
@@ -304,36 +302,4 @@ true
 	if strings.Contains(r.Stdout, "CORRUPTION") {
 		t.Fatal("fio saw data that failed verification")
 	}
-}
-
-// listenInNetns runs listen (which opens the TCP discovery socket) on a
-// thread switched into the guest's network namespace, where the host
-// address lives; the socket stays there.
-func listenInNetns(ns string, listen func() error) error {
-	ch := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := unix.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			ch <- err
-			return
-		}
-		defer unix.Close(orig)
-		fd, err := unix.Open("/var/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			ch <- err
-			return
-		}
-		defer unix.Close(fd)
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			ch <- err
-			return
-		}
-		err = listen()
-		if rerr := unix.Setns(orig, unix.CLONE_NEWNET); rerr == nil {
-			runtime.UnlockOSThread()
-		}
-		ch <- err
-	}()
-	return <-ch
 }

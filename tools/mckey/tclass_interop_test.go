@@ -8,53 +8,21 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"softib/internal/netns"
 	"softib/internal/tsharktest"
 	"softib/interop/vm"
 	"softib/tools/perftest"
 	"softib/verbs"
 )
 
-// inNS runs fn on a thread inside the named network namespace.
-func inNS(ns string, fn func() error) error {
-	ch := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			ch <- err
-			return
-		}
-		defer unix.Close(orig)
-		fd, err := unix.Open("/var/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			ch <- err
-			return
-		}
-		defer unix.Close(fd)
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			ch <- err
-			return
-		}
-		err = fn()
-		if unix.Setns(orig, unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
-		}
-		ch <- err
-	}()
-	return <-ch
-}
-
 // tcpListening reports whether a TCP socket listens on port in ns.
 func tcpListening(ns string, port int) bool {
 	found := false
-	inNS(ns, func() error {
+	netns.Run(ns, func() error {
 		for _, name := range []string{"tcp", "tcp6"} { // a Go listener on ":port" is dual-stack tcp6
 			f, err := os.Open("/proc/thread-self/net/" + name)
 			if err != nil {
@@ -107,7 +75,7 @@ func tclassInterop(t *testing.T, ctx context.Context, v *vm.VM, dev verbs.Device
 	var out strings.Builder
 	cfg := perftest.Config{Test: perftest.WriteBW, Host: guest, TCPPort: p1, Iters: 200, Size: 4096, TClass: tc, GIDIndex: -1, Out: &out}
 	var rows []perftest.Row
-	err = inNS(v.Namespace(), func() (err error) { rows, err = perftest.Run(ctx, dev, cfg); return err })
+	err = netns.Run(v.Namespace(), func() (err error) { rows, err = perftest.Run(ctx, dev, cfg); return err })
 	r, werr := job.Wait(ctx)
 	t.Logf("softib client:\n%s\nguest server rc %d:\n%s%s", out.String(), r.Code, r.Stdout, r.Stderr)
 	if err != nil || len(rows) == 0 || werr != nil || r.Code != 0 {
@@ -121,7 +89,7 @@ func tclassInterop(t *testing.T, ctx context.Context, v *vm.VM, dev verbs.Device
 	scfg.Host, scfg.TCPPort = "", p2
 	done := make(chan error, 1)
 	go func() {
-		done <- inNS(v.Namespace(), func() error { _, err := perftest.Run(ctx, dev, scfg); return err })
+		done <- netns.Run(v.Namespace(), func() error { _, err := perftest.Run(ctx, dev, scfg); return err })
 	}()
 	for !tcpListening(v.Namespace(), p2) {
 		select {

@@ -22,11 +22,7 @@ func runMckey(args []string) int {
 	const name = "mckey"
 	fs := devsel.NewFlagSet(name, os.Stderr)
 	dev := devsel.NewOptions()
-	fs.StringVar(&dev.Addr, "addr", "", "local IP `address` the device binds (default $"+devsel.EnvAddr+", else -b, else the first non-loopback IPv4 address)")
-	fs.StringVar(&dev.Provider, "provider", "", "verbs `provider`: rxe (default) (default $"+devsel.EnvProvider+")")
-	fs.UintVar(&dev.UDPPort, "udp-port", 0, "local RoCEv2 UDP `port` (default 4791)")
-	fs.StringVar(&dev.Name, "ib-dev", "", "device `name` (default rxe0)")
-	fs.IntVar(&dev.NetMTU, "net-mtu", 0, "link `MTU` the device assumes (default: the MTU of the interface holding --addr, as Linux rxe)")
+	dev.RegisterCM(fs, "-b")
 	var cfg mckey.Config
 	group := fs.String("m", "", "multicast `address`")
 	bind := fs.String("b", "", "bind `address`")

@@ -24,12 +24,7 @@ func runRping(args []string) int {
 	const name = "rping"
 	fs := devsel.NewFlagSet(name, os.Stderr)
 	dev := devsel.NewOptions()
-	fs.StringVar(&dev.Addr, "addr", "", "local IP `address` the device binds (default $"+devsel.EnvAddr+", else -a (server) / -I (client), else the first non-loopback IPv4 address)")
-	fs.StringVar(&dev.Provider, "provider", "", "verbs `provider`: rxe (default) or ibverbs (kernel RDMA devices, in a build with -tags ibverbs) (default $"+devsel.EnvProvider+")")
-	fs.UintVar(&dev.UDPPort, "udp-port", 0, "local RoCEv2 UDP `port` (default 4791)")
-	fs.StringVar(&dev.Name, "ib-dev", "", "device `name` (default rxe0)")
-	fs.IntVar(&dev.NetMTU, "net-mtu", 0, "link `MTU` the device assumes (default: the MTU of the interface holding --addr, as Linux rxe)")
-	fs.BoolVar(&dev.BusyPoll, "busy-poll", false, "busy-poll the device socket")
+	dev.RegisterCM(fs, "-a (server) / -I (client)")
 	var cfg rping.Config
 	server := fs.Bool("s", false, "server side")
 	clientSide := fs.Bool("c", false, "client side")

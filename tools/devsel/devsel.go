@@ -97,6 +97,21 @@ func (o *Options) Register(fs *flag.FlagSet, gidDefault int, gidFlags ...string)
 	fs.BoolVar(&o.NoRxCoalescing, "no-gro", o.NoRxCoalescing, "receive without UDP GRO (one datagram per packet; GRO coalesces a peer's GSO bursts, and a polling tool reads the socket itself either way)")
 }
 
+// RegisterCM adds the long device flags of the RDMA CM tools (rping,
+// mckey), whose short flags are their own (rping's -d is debug): --addr,
+// with addrFallback naming the tool's flag the address otherwise comes
+// from, --provider, --udp-port, --ib-dev, --net-mtu, --busy-poll and
+// --rx-shards.
+func (o *Options) RegisterCM(fs *flag.FlagSet, addrFallback string) {
+	fs.StringVar(&o.Addr, "addr", o.Addr, "local IP `address` the device binds (default $"+EnvAddr+", else "+addrFallback+", else the first non-loopback IPv4 address)")
+	fs.StringVar(&o.Provider, "provider", o.Provider, "verbs `provider`: rxe (default) or ibverbs (kernel RDMA devices, in a build with -tags ibverbs) (default $"+EnvProvider+")")
+	fs.UintVar(&o.UDPPort, "udp-port", o.UDPPort, "local RoCEv2 UDP `port` (default 4791)")
+	fs.StringVar(&o.Name, "ib-dev", o.Name, "device `name` (default rxe0)")
+	fs.IntVar(&o.NetMTU, "net-mtu", o.NetMTU, "link `MTU` the device assumes (default: the MTU of the interface holding --addr, as Linux rxe)")
+	fs.BoolVar(&o.BusyPoll, "busy-poll", o.BusyPoll, "busy-poll the device socket")
+	fs.IntVar(&o.RxShards, "rx-shards", o.RxShards, "receive `sockets` of the device, each read by its own goroutine (SO_REUSEPORT; default GOMAXPROCS)")
+}
+
 // Port returns the IB port number (1 when unset).
 func (o *Options) Port() uint8 {
 	if o.IBPort <= 0 {

@@ -62,6 +62,7 @@ func (s *Socket) PollReader(batch int) *PollReader {
 		return nil
 	}
 	r := &PollReader{s: s, rc: rc, gro: s.gro}
+	r.v.recvTOS = s.cfg.RecvTOS
 	r.v.init(min(batch, MaxBatchSize), s.gro)
 	if s.gro {
 		r.dirty = len(r.v.hdrs) // set every entry up at the first read
@@ -165,6 +166,9 @@ func (r *PollReader) prepare(msgs []Message) {
 		}
 		for i := range r.dirty {
 			setDirect(&r.v.hdrs[i], &r.v.iovs[i], &r.v.names[i], msgs[i].Buf)
+			if r.v.recvTOS {
+				r.v.setDirectTOS(i)
+			}
 		}
 	}
 	r.dirty = 0
@@ -203,6 +207,7 @@ func (r *PollReader) finish(msgs []Message) (int, error) {
 		} else {
 			msgs[i].N = int(h.Len)
 		}
+		msgs[i].TOS = recvClass(r.v.ctl(i))
 		msgs[i].Addr = r.v.zone.addr(&r.v.names[i])
 	}
 	r.s.Stats.RxDatagrams.Add(uint64(good))

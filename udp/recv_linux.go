@@ -19,8 +19,14 @@ type groRecv struct {
 	hdrs  []unix.Mmsghdr
 	iovs  []unix.Iovec
 	names []sockaddr
-	oob   []byte // groCmsgSize per message, when GRO is on
+	oob   []byte // oobLen per message, when GRO or RecvTOS is on
 	bufs  [][]byte
+
+	// recvTOS (set before init) reserves control space for the
+	// IP_TOS/IPV6_TCLASS message of Config.RecvTOS; oobLen is the
+	// control space per entry.
+	recvTOS bool
+	oobLen  int
 
 	// GRO mode: datagrams received into bufs and not yet handed out are
 	// bufs[next:cnt]; off is the offset in bufs[next].
@@ -34,8 +40,17 @@ func (g *groRecv) init(b int, gro bool) {
 	g.hdrs = make([]unix.Mmsghdr, b)
 	g.iovs = make([]unix.Iovec, b)
 	g.names = make([]sockaddr, b)
+	g.oobLen = 0
 	if gro {
-		g.oob = make([]byte, b*groCmsgSize)
+		g.oobLen += groCmsgSize
+	}
+	if g.recvTOS {
+		g.oobLen += tosCmsgSize
+	}
+	if g.oobLen > 0 {
+		g.oob = make([]byte, b*g.oobLen)
+	}
+	if gro {
 		g.bufs = make([][]byte, b)
 		for i := range g.bufs {
 			g.bufs[i] = make([]byte, groBufSize)
@@ -54,9 +69,26 @@ func (g *groRecv) setupGRO(i int) {
 	h.Namelen = unix.SizeofSockaddrInet6
 	h.Iov = iov
 	h.SetIovlen(1)
-	h.Control = &g.oob[i*groCmsgSize]
-	h.SetControllen(groCmsgSize)
+	h.Control = &g.oob[i*g.oobLen]
+	h.SetControllen(g.oobLen)
 	h.Flags = 0
+}
+
+// setDirectTOS gives direct-mode entry i (set up by setDirect) its
+// control space for the received traffic class.
+func (g *groRecv) setDirectTOS(i int) {
+	h := &g.hdrs[i].Hdr
+	h.Control = &g.oob[i*g.oobLen]
+	h.SetControllen(g.oobLen)
+}
+
+// ctl returns the control data the last receive returned in entry i.
+func (g *groRecv) ctl(i int) []byte {
+	if g.oobLen == 0 {
+		return nil
+	}
+	cl := min(int(g.hdrs[i].Hdr.Controllen), g.oobLen)
+	return g.oob[i*g.oobLen : i*g.oobLen+cl]
 }
 
 // pending reports whether received datagrams (or the rest of a split
@@ -89,6 +121,7 @@ func (r *reader) init(s *Socket) {
 // first ReadBatch: a socket read through a PollReader never needs it.
 func (r *reader) alloc() {
 	if r.hdrs == nil {
+		r.recvTOS = r.s.cfg.RecvTOS
 		r.groRecv.init(r.s.cfg.BatchSize, r.s.gro)
 	}
 }
@@ -211,6 +244,9 @@ func (r *reader) receive() error {
 func (r *reader) prepareDirect(msgs []Message) {
 	for i := range msgs {
 		setDirect(&r.hdrs[i], &r.iovs[i], &r.names[i], msgs[i].Buf)
+		if r.recvTOS {
+			r.setDirectTOS(i)
+		}
 	}
 	r.vlen = len(msgs)
 }
@@ -252,6 +288,7 @@ func (r *reader) finishDirect(msgs []Message) int {
 			copy(msgs[n].Buf[:cap(msgs[n].Buf)], msgs[i].Buf[:h.Len])
 		}
 		msgs[n].N = int(h.Len)
+		msgs[n].TOS = recvClass(r.ctl(i))
 		msgs[n].Addr = getSockaddr(&r.names[i])
 		n++
 	}
@@ -278,6 +315,7 @@ func (g *groRecv) split(st *Stats, msgs []Message, keep bool) int {
 		h := &g.hdrs[i]
 		total := int(h.Len)
 		seg := total
+		var tos uint8
 		// MSG_CTRUNC: the kernel had more control data than fits, so
 		// a UDP_GRO size may be missing and the datagram may hold
 		// several segments: it cannot be split safely.
@@ -286,8 +324,9 @@ func (g *groRecv) split(st *Stats, msgs []Message, keep bool) int {
 			// Only the control bytes this receive returned: the rest of
 			// the slot may hold a stale UDP_GRO size from an earlier
 			// receive, which would split a plain datagram.
-			cl := min(int(h.Hdr.Controllen), groCmsgSize)
-			if gs := groSize(g.oob[i*groCmsgSize : i*groCmsgSize+cl]); gs > 0 && gs < total {
+			ctl := g.ctl(i)
+			tos = recvClass(ctl)
+			if gs := groSize(ctl); gs > 0 && gs < total {
 				seg = gs
 				if g.off == 0 {
 					st.RxGROSplit.Inc()
@@ -297,7 +336,7 @@ func (g *groRecv) split(st *Stats, msgs []Message, keep bool) int {
 		addr := g.zone.addr(&g.names[i])
 		if keep && total == 0 {
 			m := &msgs[n]
-			m.N, m.Addr = 0, addr
+			m.N, m.Addr, m.TOS = 0, addr, tos
 			if bad {
 				m.N = -1
 				st.RxTruncated.Inc()
@@ -317,7 +356,7 @@ func (g *groRecv) split(st *Stats, msgs []Message, keep bool) int {
 				}
 			} else {
 				m.N = copy(m.Buf[:cap(m.Buf)], g.bufs[i][g.off:g.off+l])
-				m.Addr = addr
+				m.Addr, m.TOS = addr, tos
 				n++
 				good++
 			}

@@ -143,6 +143,9 @@ func setOptions(fd int, is6 bool, c *Config) error {
 				return os.NewSyscallError("setsockopt IPV6_UNICAST_HOPS", err)
 			}
 		}
+		if c.RecvTOS {
+			return setRecvTOS(fd, true)
+		}
 		return nil
 	}
 	// DF on an unconnected socket makes the kernel send IP ID 0, which
@@ -159,6 +162,9 @@ func setOptions(fd int, is6 bool, c *Config) error {
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_TTL, c.TTL); err != nil {
 			return os.NewSyscallError("setsockopt IP_TTL", err)
 		}
+	}
+	if c.RecvTOS {
+		return setRecvTOS(fd, false)
 	}
 	return nil
 }

@@ -31,6 +31,9 @@ type Socket struct {
 // Listen opens a UDP socket bound to addr; see the Linux version.
 func Listen(addr netip.AddrPort, cfg *Config) (*Socket, error) {
 	c := cfg.withDefaults()
+	if c.RecvTOS {
+		return nil, errors.New("udp: Config.RecvTOS is supported on Linux only")
+	}
 	if !addr.IsValid() {
 		addr = netip.AddrPortFrom(netip.IPv4Unspecified(), addr.Port())
 	}

@@ -43,6 +43,9 @@ type Message struct {
 	// IPV6_TCLASS control message; 0 leaves the socket's (Config.TOS).
 	// RoCEv2 takes it from each QP's address vector, and QPs share a
 	// socket, so it is set per datagram rather than per socket.
+	// A read on a socket with Config.RecvTOS sets it to the received
+	// datagram's TOS byte or traffic class (for its ECN field), and to
+	// 0 without RecvTOS.
 	TOS uint8
 	// TTL, when not 0, is the IPv4 TTL or IPv6 hop limit WriteBatch
 	// gives this datagram (IP_TTL or IPV6_HOPLIMIT control message); 0
@@ -134,6 +137,10 @@ type Config struct {
 	BusyPoll bool
 	// BusyPollSpin bounds one busy-poll spin (default DefaultBusyPollSpin).
 	BusyPollSpin time.Duration
+	// RecvTOS makes reads report each datagram's IPv4 TOS byte or IPv6
+	// traffic class in Message.TOS (IP_RECVTOS / IPV6_RECVTCLASS control
+	// messages), for ECN. Linux only: Listen fails elsewhere.
+	RecvTOS bool
 }
 
 // withDefaults returns a copy of c with zero fields defaulted and values

@@ -214,13 +214,21 @@ func (mr *MR) Dereg() error {
 	return nil
 }
 
-// AH is an address handle.
+// AH is an address handle. Its address vector is replaced whole by
+// Modify (modify_av), so a post reading it never sees half of each.
 type AH struct {
 	pd   *PD
+	av   atomic.Pointer[ahAV]
+	mu   sync.Mutex // serialises Modify
+	dead atomic.Bool
+}
+
+// ahAV is an AH's address vector with what a send needs of it; a
+// published ahAV is never modified.
+type ahAV struct {
 	attr verbs.AHAttr
 	dst  netip.AddrPort
 	cls  ipClass // tclass.go
-	dead atomic.Bool
 }
 
 var _ verbs.AH = (*AH)(nil)
@@ -231,7 +239,7 @@ func (pd *PD) CreateAH(attr *verbs.AHAttr) (verbs.AH, error) {
 	if err := pd.check(); err != nil {
 		return nil, err
 	}
-	dst, err := pd.dev.resolveAV(attr)
+	av, err := pd.dev.newAV(attr)
 	if err != nil {
 		return nil, err
 	}
@@ -240,14 +248,54 @@ func (pd *PD) CreateAH(attr *verbs.AHAttr) (verbs.AH, error) {
 		return nil, fmt.Errorf("rxe: create AH: %d AHs: %w", MaxAH, verbs.ErrResourceLimit)
 	}
 	pd.users.Add(1)
-	return &AH{pd: pd, attr: *attr, dst: dst, cls: routeClass(&attr.GRH)}, nil
+	ah := &AH{pd: pd}
+	ah.av.Store(av)
+	return ah, nil
+}
+
+// newAV checks an address vector and resolves its destination.
+func (d *Device) newAV(attr *verbs.AHAttr) (*ahAV, error) {
+	if attr.PortNum > 1 {
+		return nil, fmt.Errorf("rxe: address vector: port %d (the device has port 1): %w", attr.PortNum, verbs.ErrInvalidArgument)
+	}
+	dst, err := d.resolveAV(attr)
+	if err != nil {
+		return nil, err
+	}
+	return &ahAV{attr: *attr, dst: dst, cls: routeClass(&attr.GRH)}, nil
 }
 
 // Attr returns the address vector.
-func (ah *AH) Attr() verbs.AHAttr { return ah.attr }
+func (ah *AH) Attr() verbs.AHAttr { return ah.av.Load().attr }
+
+var _ verbs.AHModifier = (*AH)(nil)
+
+// Modify implements verbs.AHModifier (modify_av): the new vector is
+// checked as CreateAH checks one and replaces the old whole. A UD work
+// request takes the AH's destination when it is posted (as rxe copies
+// the AV into the WQE), so sends posted before keep the old address.
+// Linux rxe has no modify_ah; this follows ib_ci.h's modify_av.
+func (ah *AH) Modify(attr *verbs.AHAttr) error {
+	ah.mu.Lock()
+	defer ah.mu.Unlock()
+	if ah.dead.Load() {
+		return verbs.ErrClosed
+	}
+	if err := ah.pd.check(); err != nil {
+		return err
+	}
+	av, err := ah.pd.dev.newAV(attr)
+	if err != nil {
+		return fmt.Errorf("rxe: modify AH: %w", err)
+	}
+	ah.av.Store(av)
+	return nil
+}
 
 // Destroy frees the AH.
 func (ah *AH) Destroy() error {
+	ah.mu.Lock()
+	defer ah.mu.Unlock()
 	if ah.dead.Swap(true) {
 		return verbs.ErrClosed
 	}
@@ -273,4 +321,60 @@ func (d *Device) resolveAV(a *verbs.AHAttr) (netip.AddrPort, error) {
 		port = RoCEv2Port
 	}
 	return netip.AddrPortFrom(ip, port), nil
+}
+
+var _ verbs.SharedMRPD = (*PD)(nil)
+
+// RegSharedMR implements verbs.SharedMRPD (ib_ci.h register_smr): a new
+// ordinary MR of pd, with its own key, access and start address vaddr,
+// over the memory src maps now. src must be a valid ordinary MR of this
+// device (a fast-reg MR's memory is whatever its next REG_MR maps);
+// its PD may differ from pd. The access rules are RegMR's. The new MR
+// holds the memory itself, so deregistering either MR leaves the other
+// valid; this differs from ib_ci.h's deregister_mr, which refuses while
+// shared regions exist, and follows IBA (a shared region stays
+// registered until its own deregistration). A later Rereg of src does
+// not move the shared MR.
+func (pd *PD) RegSharedMR(src verbs.MR, access verbs.AccessFlags, vaddr uint64) (verbs.MR, error) {
+	if err := pd.check(); err != nil {
+		return nil, err
+	}
+	s, ok := src.(*MR)
+	if !ok || s.pd.dev != pd.dev {
+		return nil, fmt.Errorf("rxe: register shared MR: MR of another device: %w", verbs.ErrInvalidArgument)
+	}
+	if s.fast != nil {
+		return nil, fmt.Errorf("rxe: register shared MR: fast-reg MR %#x has no memory of its own: %w", s.LKey(), verbs.ErrInvalidArgument)
+	}
+	if s.dereged.Load() || !s.valid.Load() {
+		return nil, fmt.Errorf("rxe: register shared MR: MR deregistered: %w", verbs.ErrClosed)
+	}
+	if err := checkAccess(access); err != nil {
+		return nil, fmt.Errorf("rxe: register shared MR: %w", err)
+	}
+	if access&verbs.AccessZeroBased != 0 && vaddr != 0 {
+		return nil, fmt.Errorf("rxe: register shared MR: zero-based region at %#x: %w", vaddr, verbs.ErrInvalidArgument)
+	}
+	sm := s.m.Load()
+	mr := &MR{pd: pd, buf: s.buf, addr: vaddr, access: access}
+	mr.m.Store(&mrMap{pd: pd, addr: vaddr, length: sm.length, access: access, frags: sm.frags})
+	if err := pd.dev.keys.add(mr); err != nil {
+		return nil, err
+	}
+	mr.valid.Store(true)
+	pd.users.Add(1)
+	return mr, nil
+}
+
+// checkAccess applies the access rules of registration (rxe_mr.c and
+// ib_check_mr_access): known flags only, and remote write or atomic
+// access only with local write.
+func checkAccess(access verbs.AccessFlags) error {
+	if access&(verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0 && access&verbs.AccessLocalWrite == 0 {
+		return fmt.Errorf("remote write/atomic without local write: %w", verbs.ErrInvalidArgument)
+	}
+	if access&^(verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic|verbs.AccessMWBind|verbs.AccessZeroBased) != 0 {
+		return fmt.Errorf("unknown access %v: %w", access, verbs.ErrInvalidArgument)
+	}
+	return nil
 }

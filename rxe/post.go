@@ -116,7 +116,8 @@ func (q *QP) postOne(wr *verbs.SendWR) error {
 	w.rqpn, w.rqkey = wr.RemoteQPN&seqnum.Mask, wr.RemoteQKey
 	w.reg, w.bind = wr.Reg, wr.BindMW
 	if ah != nil {
-		w.dst, w.cls = ah.dst, ah.cls
+		av := ah.av.Load() // modify_av replaces it whole
+		w.dst, w.cls = av.dst, av.cls
 	}
 	w.length = uint32(length)
 	w.sgl = append(w.sgl[:0], wr.SGL...)

@@ -304,3 +304,27 @@ func QueryAH(ah AH) (AHAttr, PD, error) {
 	}
 	return ah.Attr(), q.PD(), nil
 }
+
+// AHModifier is implemented by AHs whose address vector can be changed
+// in place (ib_ci.h's modify_av, the kernel's rdma_modify_ah).
+type AHModifier interface {
+	// Modify replaces the address vector. UD work requests posted
+	// afterwards go to the new address; those already posted keep the
+	// one they were posted with. Attributes the AH could not be created
+	// with are refused (ErrInvalidArgument) and leave it unchanged.
+	Modify(attr *AHAttr) error
+}
+
+// ModifyAH changes ah's address vector (modify_av, rdma_modify_ah);
+// ErrNotSupported when the provider cannot (libibverbs has no such verb,
+// and Linux rxe implements no modify_ah).
+func ModifyAH(ah AH, attr *AHAttr) error {
+	m, ok := ah.(AHModifier)
+	if !ok {
+		return fmt.Errorf("verbs: modify AH: %w", ErrNotSupported)
+	}
+	if attr == nil {
+		return fmt.Errorf("verbs: modify AH: nil attributes: %w", ErrInvalidArgument)
+	}
+	return m.Modify(attr)
+}

@@ -217,3 +217,31 @@ func Rereg(mr MR, flags ReregFlags, pd PD, buf []byte, access AccessFlags) error
 	}
 	return r.Rereg(flags, pd, buf, access)
 }
+
+// SharedMRPD is the optional PD interface of providers with shared
+// memory regions (ib_ci.h's register_smr, IBA's Register Shared Memory
+// Region).
+type SharedMRPD interface {
+	// RegSharedMR registers a new MR of this PD over the memory mr
+	// registers: its own keys, access rights and start address vaddr
+	// (the returned MR's Addr). The two are independent from then on:
+	// deregistering either leaves the other valid.
+	RegSharedMR(mr MR, access AccessFlags, vaddr uint64) (MR, error)
+}
+
+// RegSharedMR registers the memory of mr again, in pd, with its own keys
+// and access, starting at address vaddr (ib_ci.h register_smr; 0 with
+// AccessZeroBased for a zero-based region). The checks are those of
+// RegMR (REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE); mr must be a
+// valid MR of pd's device with memory of its own (not a fast-reg MR).
+// ErrNotSupported when the provider has no shared MRs.
+func RegSharedMR(pd PD, mr MR, access AccessFlags, vaddr uint64) (MR, error) {
+	p, ok := pd.(SharedMRPD)
+	if !ok {
+		return nil, fmt.Errorf("verbs: register shared MR: %w", ErrNotSupported)
+	}
+	if mr == nil {
+		return nil, fmt.Errorf("verbs: register shared MR: nil MR: %w", ErrInvalidArgument)
+	}
+	return p.RegSharedMR(mr, access, vaddr)
+}

@@ -599,6 +599,9 @@ type packet struct {
 	n    int
 	addr netip.AddrPort // source (received) or destination (sent)
 	cls  ipClass        // sent: IP traffic class and hop limit (tclass.go)
+	// group is the multicast group address a received datagram was sent
+	// to (mcastInput), zero for unicast: the GRH area's destination.
+	group netip.Addr
 
 	op  roce.Opcode
 	hdr int // BTH + extension headers
@@ -608,7 +611,20 @@ type packet struct {
 
 func (d *Device) getPacket() *packet { return d.pool.Get() }
 
-func (d *Device) putPacket(p *packet) { d.pool.Put(p) }
+func (d *Device) putPacket(p *packet) {
+	p.group = netip.Addr{} // only mcastInput sets it
+	d.pool.Put(p)
+}
+
+// grhDst is the destination of the GRH area of a received UD datagram:
+// as Linux rxe copies the datagram's IP header there (rxe_resp.c), it
+// is the group address for a multicast datagram and dev otherwise.
+func (p *packet) grhDst(dev netip.Addr) netip.Addr {
+	if p.group.IsValid() {
+		return p.group
+	}
+	return dev
+}
 
 // parse validates the datagram with roce.Parse, wire/roce's one codec
 // path (header stack against the opcode table, so that no accessor reads

@@ -272,7 +272,7 @@ func (d *Device) mcastInput(g *mcastGroup, p *packet, enc *encapCache) {
 	for _, q := range *g.qps.Load() {
 		c := d.getPacket()
 		copy(c.buf[:p.n], p.buf[:p.n])
-		c.n, c.addr = p.n, p.addr
+		c.n, c.addr, c.group = p.n, p.addr, g.addr.Addr()
 		if c.parse() != nil || !q.enqueue(c) {
 			d.putPacket(c)
 			d.stats.RxQueueFull.Inc()

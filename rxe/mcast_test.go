@@ -96,6 +96,13 @@ func TestMcastFanOut(t *testing.T) {
 				if wc.Status != verbs.WCSuccess || wc.ImmData != uint32(k) || wc.SrcQP != a.qp.QPN() || wc.ByteLen != 40+100 {
 					t.Fatalf("%s receive %d: %+v", name, i, wc)
 				}
+				// The GRH area holds the datagram's IPv4 header, as
+				// Linux rxe copies it: destination the group (the
+				// MGID), not the receiving device.
+				ip := e.buf[int(wc.WRID)*1024+20 : int(wc.WRID)*1024+40]
+				if g, s := group.As4(), da.Addr().Addr().As4(); !bytes.Equal(ip[16:20], g[:]) || !bytes.Equal(ip[12:16], s[:]) {
+					t.Fatalf("%s receive %d: GRH area IPv4 header % x, want %v -> %v", name, i, ip, da.Addr().Addr(), group)
+				}
 				got := e.buf[int(wc.WRID)*1024+40 : int(wc.WRID)*1024+140]
 				if !bytes.Equal(got, a.buf[k*100:k*100+100]) {
 					t.Fatalf("%s message %d: data differs", name, k)

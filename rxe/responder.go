@@ -190,7 +190,7 @@ func (r *responder) respondUD(p *packet) {
 		wc.Status = verbs.WCLocLenErr
 	default:
 		var grh [40]byte
-		grhArea(grh[:], p.addr.Addr(), q.dev.addr, p.n)
+		grhArea(grh[:], p.addr.Addr(), p.grhDst(q.dev.addr), p.n)
 		copyIn(r.rsegs, 0, grh[:])
 		copyIn(r.rsegs, 40, p.payload())
 		wc.ByteLen = uint32(40 + p.pay)

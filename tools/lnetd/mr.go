@@ -17,8 +17,10 @@ import (
 
 // Errnos of the peer model's errors (lnet/lnet/peer.c).
 var (
-	errnoPerm    = int(syscall.EPERM)
-	errnoNotUniq = int(syscall.ENOTUNIQ)
+	errnoPerm = int(syscall.EPERM)
+	// errnoNotUniq is Linux's ENOTUNIQ, the number Lustre reports
+	// whatever the host softib runs on (other systems have no ENOTUNIQ).
+	errnoNotUniq = 76
 )
 
 // HealthArgs are the arguments of peer.set and net.set (lnetctl peer set

@@ -14,8 +14,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // The control protocol between softib lnetctl and lnetd runs over a
@@ -225,18 +223,11 @@ func peerAllowed(c net.Conn) (int, bool) {
 	if !ok {
 		return os.Getuid(), true // in-memory pipes in tests
 	}
-	raw, err := uc.SyscallConn()
-	if err != nil {
+	uid, ok := peerUID(uc)
+	if !ok {
 		return -1, false
 	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil || cerr != nil {
-		return -1, false
-	}
-	return int(cred.Uid), cred.Uid == 0 || int(cred.Uid) == os.Getuid()
+	return uid, uid == 0 || uid == os.Getuid()
 }
 
 func (s *Server) serveConn(c net.Conn) {

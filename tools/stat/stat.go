@@ -26,8 +26,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"softib/rxe"
 	"softib/verbs"
 )
@@ -205,23 +203,6 @@ func (s *Server) answer(c *net.UnixConn) {
 	default:
 		enc.Encode(reply{Err: fmt.Sprintf("unknown request %q", req.Op)})
 	}
-}
-
-// peerAllowed reports whether the peer is root or our own user, and its
-// uid.
-func peerAllowed(c *net.UnixConn) (int, bool) {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return -1, false
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil || cerr != nil {
-		return -1, false
-	}
-	return int(cred.Uid), cred.Uid == 0 || int(cred.Uid) == os.Getuid()
 }
 
 // ErrNoDevices is returned when no process publishes a device.

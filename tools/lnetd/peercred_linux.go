@@ -1,0 +1,24 @@
+package lnetd
+
+import (
+	"net"
+
+	"golang.org/x/sys/unix"
+)
+
+// peerUID returns the uid the peer of a Unix socket connected with
+// (SO_PEERCRED).
+func peerUID(c *net.UnixConn) (int, bool) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return -1, false
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil || cerr != nil {
+		return -1, false
+	}
+	return int(cred.Uid), true
+}

@@ -87,7 +87,7 @@ func (s *rxShard) rxLoopPoll() {
 		d.flushDeferred()
 		if st.got > 0 {
 			s.queueBatch(s.rb, st.got)
-			d.runBatch(s.rb, st.got, sendYield)
+			d.runBatch(s.rb, st.got, byDevice)
 		}
 		s.tok.Unlock()
 	}
@@ -144,7 +144,7 @@ func (s *rxShard) pollRx() bool {
 			got = true
 			d.stats.PollRxBatches.Inc()
 			s.queueBatch(s.rb, n)
-			d.runBatch(s.rb, n, sendDefer)
+			d.runBatch(s.rb, n, byPoller)
 		}
 		if n == 0 || !s.sr.Pending() {
 			break

@@ -18,7 +18,8 @@ import (
 //	post.go       PostSend and PostRecv
 //	process.go    the processing round and its run loop, kicks, timers,
 //	              completion pushes and the send at a round's end
-//	sched.go      response deferral for CQ pollers (sendDefer)
+//	sched.go      the ACK policy: what a round sends at once, coalesces
+//	              or holds for the reply (unlockAndSend)
 //	txbatch.go    the two send lanes and their batches
 //	requester.go  the requester role (rxe_req.c)
 //	responder.go  the responder role (rxe_resp.c)

@@ -120,9 +120,11 @@ package rxe
 //     the goroutine whose round pushed the completion, before that
 //     round's responses are sent (unlockAndSend), never concurrently
 //     with itself (CQ.hrun).
-//  6. Response deferral. With sendYield a round whose completion woke a
-//     channel reader yields before sending its responses; with sendDefer
-//     (a CQ poller holding a token) they stay queued for the poller's
-//     next post, its next empty Poll or ReqNotify (Device.flushDeferred),
-//     or respDue, at most respDeferMax later, which the QP timer
-//     enforces. Requests are never deferred.
+//  6. Responses. A round's positive ACKs merge into one, built at its
+//     end (responder.flushAck) before its responses are taken; what the
+//     round then sends at once and what waits for the application's
+//     reply is the ACK policy (sched.go: holdFor, unlockAndSend). A
+//     held response waits for one event at most (the handlers' return,
+//     a yield, or the poller's next post, empty Poll or ReqNotify) and
+//     never longer than respDeferMax, which the QP timer enforces.
+//     Requests are never held.

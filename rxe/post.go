@@ -38,7 +38,7 @@ func (q *QP) afterPost() {
 		return
 	}
 	more := q.process()
-	q.unlockAndSend(sendNow)
+	q.unlockAndSend(byApp)
 	if more {
 		q.kick()
 	}

@@ -1,7 +1,6 @@
 package rxe
 
 import (
-	"runtime"
 	"time"
 
 	"softib/verbs"
@@ -28,23 +27,6 @@ func (q *QP) kick() {
 	}
 }
 
-// sendMode tells unlockAndSend what to do with the response lane.
-type sendMode uint8
-
-const (
-	// sendNow sends both lanes.
-	sendNow sendMode = iota
-	// sendYield (the receive goroutine and the run loop): a round whose
-	// completions woke a channel reader gives that reader the CPU before
-	// sending its responses.
-	sendYield
-	// sendDefer (a CQ poller holding the receive token, busypoll.go): a
-	// round that pushed a completion keeps its responses queued for the
-	// poller's next post on the QP, its next empty Poll or, at the
-	// latest, respDeferMax.
-	sendDefer
-)
-
 // runInline processes the QP on the calling goroutine if nobody else is,
 // and otherwise leaves the work to the holder and the loop.
 func (q *QP) runInline(mode sendMode) {
@@ -59,77 +41,6 @@ func (q *QP) runInline(mode sendMode) {
 	}
 }
 
-// unlockAndSend releases mu and then sends the packets the round queued
-// (mu held on entry), both lanes in one WriteBatch when both have some.
-//
-// With sendYield, a round whose completions woke a channel reader gives
-// that reader the CPU before sending its responses. The Go scheduler
-// runs a goroutine readied by a channel send only when the readier
-// blocks (or after a steal delay), so otherwise the application would
-// wait for the ACK's sendmmsg and the next empty recvmmsg: measured, a
-// median 7 µs per message. The responses stay queued meanwhile: if the
-// woken application posts (the reply of a ping-pong), its round sends
-// them in the same sendmmsg as its request, and the peer receives both in
-// one recvmmsg; otherwise they go out when this goroutine runs again.
-// (Deferring them further, as sendDefer does, was measured: it saves the
-// ~2% of ACKs that leave alone but costs more in timer resets.)
-// sendDefer makes the same bet for a CQ poller, which is the application
-// itself and returns to it at once. An ACK only retires the peer's WQEs,
-// so it is off the critical path either way.
-func (q *QP) unlockAndSend(mode sendMode) {
-	pushed, woke := q.pushed, q.woke
-	q.pushed, q.woke = false, false
-	if due := q.hdue; due != 0 {
-		// Completion handlers run first, with mu released: an
-		// event-driven application's reply (a post from the handler)
-		// then takes this round's responses along in its own send, as
-		// a woken channel reader's does with sendYield.
-		q.hdue = 0
-		req := q.reqTx.take()
-		q.mu.Unlock()
-		if req {
-			q.reqTx.send(q)
-		}
-		q.runHandlers(due)
-		q.mu.Lock()
-		q.unlockAndSend(sendNow)
-		return
-	}
-	if mode == sendDefer && pushed && len(q.respTx.cur.pkts) > 0 && q.deferResp() {
-		req := q.reqTx.take()
-		q.mu.Unlock()
-		if req {
-			q.reqTx.send(q)
-		}
-		q.dev.addDeferred(q)
-		return
-	}
-	if mode == sendYield && woke {
-		req, resp := q.reqTx.take(), len(q.respTx.cur.pkts) > 0
-		q.mu.Unlock()
-		if req {
-			q.reqTx.send(q)
-		}
-		runtime.Gosched()
-		if resp {
-			q.mu.Lock()
-			q.unlockAndSend(sendNow)
-		}
-		return
-	}
-	req, resp := q.reqTx.take(), q.respTx.take()
-	q.respDue = 0 // nothing deferred is left queued
-	q.mu.Unlock()
-	switch {
-	case req && resp:
-		q.sendBoth()
-	case req:
-		q.reqTx.send(q)
-	case resp:
-		q.respTx.send(q)
-	}
-}
-
 // Handlers due after a round (QP.hdue).
 const (
 	hdueSend uint8 = 1 << iota // the send CQ's
@@ -137,7 +48,7 @@ const (
 )
 
 // pushCQ queues wc on cq (mu held) and records what that notified: a
-// woken channel reader for sendYield, a handler for runHandlers. bit
+// woken channel reader (holdYield), a handler for runHandlers. bit
 // names cq's role (hdueSend or hdueRecv).
 func (q *QP) pushCQ(cq *CQ, bit uint8, wc *verbs.WC, solicited bool) {
 	ev := cq.push(wc, solicited)
@@ -193,7 +104,7 @@ func (q *QP) loop() {
 			continue
 		}
 		more := q.process()
-		q.unlockAndSend(sendYield)
+		q.unlockAndSend(byDevice)
 		if more {
 			q.kick()
 		}
@@ -228,6 +139,7 @@ func (q *QP) process() bool {
 		in[i] = nil
 	}
 	q.inSpare = in[:0]
+	q.resp.flushAck() // one ACK for the round's requests (sched.go)
 	q.checkTimers(now)
 	// Pop what the inbound packets finished first: fences, local
 	// operations and credit probes wait for an empty SQ front.

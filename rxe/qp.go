@@ -186,7 +186,7 @@ func (q *QP) destroy() bool {
 	}
 	q.dead = true
 	q.drainC.Broadcast()
-	q.unlockAndSend(sendNow)
+	q.unlockAndSend(byApp)
 	q.dropSport()
 	q.dev.removeQP(q)
 	close(q.done)

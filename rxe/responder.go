@@ -47,6 +47,23 @@ type responder struct {
 	// (max_dest_rd_atomic entries, rounded up to a power of 2).
 	res     []readRes
 	resNext int
+
+	// The positive ACK this round owes the peer, not yet built: the
+	// requests that ask for one (AckReq) merge into it, and the round's
+	// end (flushAck) sends it. See the ACK policy in sched.go.
+	ack ackDue
+}
+
+// ackDue is a positive ACK waiting for the end of its round.
+type ackDue struct {
+	due  bool
+	psn  seqnum.PSN    // the newest PSN it acknowledges
+	from seqnum.PSN    // the PSN of the first ACK merged into it
+	syn  roce.Syndrome // as of the newest request
+	msn  seqnum.MSN    // as of the newest request
+	// merged counts the ACKs that went into others since the last
+	// reset (for tests).
+	merged uint64
 }
 
 // readRes remembers an executed READ or atomic for duplicate replay.
@@ -539,6 +556,7 @@ func (r *responder) duplicate(p *packet) {
 // sendReadResp sends the READ response packets of res from PSN from on.
 func (r *responder) sendReadResp(res *readRes, from seqnum.PSN) {
 	q := r.q
+	r.flushAck() // the lane stays in PSN order
 	mtu := uint32(q.mtu)
 	for psn := from; ; psn = psn.Next() {
 		idx := uint32(psn.Diff(res.firstPSN))
@@ -571,11 +589,54 @@ func (r *responder) sendReadResp(res *readRes, from seqnum.PSN) {
 	}
 }
 
-// sendAck sends an ACKNOWLEDGE (or ATOMIC_ACKNOWLEDGE carrying orig).
+// sendAck sends an ACKNOWLEDGE (or ATOMIC_ACKNOWLEDGE carrying orig). A
+// positive ACK is coalesced (sched.go's ACK policy): it only becomes the
+// round's pending ACK, which a later one of the same round replaces and
+// flushAck sends. Anything else goes out behind the pending ACK, so the
+// response lane stays in PSN order.
 func (r *responder) sendAck(op roce.Opcode, syn roce.Syndrome, psn seqnum.PSN, orig uint64) {
+	if op == roce.RCAck && syn.IsACK() {
+		a := &r.ack
+		switch {
+		case !a.due:
+			a.due, a.psn, a.from, a.syn, a.msn = true, psn, psn, syn, r.msn
+			return
+		case psn.Less(a.psn):
+			// Older than the pending one, which covers it.
+			r.ack.merged++
+			return
+		case psn.Diff(a.from) < maxPktPerAck:
+			a.psn, a.syn, a.msn = psn, syn, r.msn
+			r.ack.merged++
+			return
+		}
+		// The pending ACK would hold back maxPktPerAck PSNs or more of
+		// the peer's send window: send it and start a new one.
+		r.flushAck()
+		a.due, a.psn, a.from, a.syn, a.msn = true, psn, psn, syn, r.msn
+		return
+	}
+	r.flushAck()
+	r.buildAck(op, syn, psn, r.msn, orig)
+}
+
+// flushAck sends the round's pending positive ACK, if any (the end of a
+// round, and before any other response).
+func (r *responder) flushAck() {
+	if !r.ack.due {
+		return
+	}
+	a := r.ack
+	r.ack.due = false
+	r.buildAck(roce.RCAck, a.syn, a.psn, a.msn, 0)
+}
+
+// buildAck queues an ACKNOWLEDGE or ATOMIC_ACKNOWLEDGE on the response
+// lane.
+func (r *responder) buildAck(op roce.Opcode, syn roce.Syndrome, psn seqnum.PSN, msn seqnum.MSN, orig uint64) {
 	q := r.q
 	p, _ := q.newPacket(op, psn, q.attr.DestQPN, 0, q.dst, false, false)
-	roce.AETH(p.buf[roce.BTHSize:]).Encode(&roce.AETHFields{Syndrome: syn, MSN: r.msn})
+	roce.AETH(p.buf[roce.BTHSize:]).Encode(&roce.AETHFields{Syndrome: syn, MSN: msn})
 	if op == roce.RCAtomicAck {
 		binary.BigEndian.PutUint64(p.buf[roce.BTHSize+roce.AETHSize:], orig)
 	}

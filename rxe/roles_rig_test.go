@@ -150,11 +150,13 @@ type rigPkt struct {
 
 func (p rigPkt) reth() roce.RETH { return roce.RETH(p.raw[p.bth.Opcode.Info().Offset(roce.HdrRETH):]) }
 
-// out flushes both send lanes (as a round's end does, with the QP
+// out ends the round as process and unlockAndSend do (the pending
+// coalesced ACK is built, both send lanes are flushed, with the QP
 // mutex still held) and returns the packets sent since the last call.
 func (r *roleRig) out() []rigPkt {
 	r.t.Helper()
 	q := r.q
+	q.resp.flushAck()
 	if q.reqTx.take() {
 		q.reqTx.send(q)
 	}

@@ -98,8 +98,8 @@ func TestResponderMultiPacket(t *testing.T) {
 	}
 	r.request(rigNow, roce.RCSendMiddle, rigRQPSN+1, mtu, nil)
 	r.request(rigNow, roce.RCSendLast, rigRQPSN+2, mtu[:10], nil)
-	r.want("three-packet SEND", expSyn(roce.RCAck, rigRQPSN, ackUnlimited), expSyn(roce.RCAck, rigRQPSN+1, ackUnlimited),
-		expSyn(roce.RCAck, rigRQPSN+2, ackUnlimited))
+	// One round: the three ACKs the packets asked for are one (sched.go).
+	r.want("three-packet SEND", expSyn(roce.RCAck, rigRQPSN+2, ackUnlimited))
 	r.wantWCs("three-packet SEND", verbs.WC{WRID: 1, Opcode: verbs.WCRecv, ByteLen: 2058})
 
 	// A MIDDLE with no message in progress: invalid request, QP to ERR.
@@ -107,6 +107,75 @@ func TestResponderMultiPacket(t *testing.T) {
 	r.want("MIDDLE out of order", expSyn(roce.RCAck, rigRQPSN+3, roce.NAKSyndrome(roce.NAKInvalidRequest)))
 	if r.q.state != verbs.QPStateErr {
 		t.Fatalf("QP in %v after an invalid request, want ERR", r.q.state)
+	}
+}
+
+// TestResponderAckCoalescing: the ACKs that one round's requests ask for
+// are one, for the newest PSN and MSN; a run is cut every maxPktPerAck
+// PSNs; a NAK or a READ response goes out behind the pending ACK, in PSN
+// order; rounds do not merge.
+func TestResponderAckCoalescing(t *testing.T) {
+	r := newRoleRig(t, 1<<16)
+	psn := uint32(rigRQPSN)
+	write := func(n int) {
+		for range n {
+			r.request(rigNow, roce.RCWriteOnly, psn, []byte("12345678"), r.reth(int(psn%64)*8, 8))
+			psn++
+		}
+	}
+	write(10)
+	got := r.want("10 WRITEs in one round", expSyn(roce.RCAck, psn-1, ackUnlimited))
+	if got[0].msn != 10 || r.q.resp.ack.merged != 9 {
+		t.Fatalf("coalesced ACK MSN %d, %d merged; want 10, 9", got[0].msn, r.q.resp.ack.merged)
+	}
+	write(1)
+	r.want("the next round's WRITE", expSyn(roce.RCAck, psn-1, ackUnlimited))
+
+	// A run longer than maxPktPerAck: one ACK per maxPktPerAck PSNs.
+	first := psn
+	write(maxPktPerAck + 6)
+	r.want("a long run", expSyn(roce.RCAck, first+maxPktPerAck-1, ackUnlimited), expSyn(roce.RCAck, psn-1, ackUnlimited))
+
+	// A WRITE then a READ: the WRITE's ACK leaves first.
+	write(2)
+	r.request(rigNow, roce.RCReadRequest, psn, nil, r.reth(0, 8))
+	psn++
+	r.want("WRITEs then a READ", expSyn(roce.RCAck, psn-2, ackUnlimited), exp(roce.RCReadResponseOnly, psn-1))
+
+	// A duplicate in the same round as new WRITEs is covered by their ACK.
+	write(1)
+	r.request(rigNow, roce.RCWriteOnly, psn-1, []byte("12345678"), r.reth(0, 8))
+	r.want("a WRITE and its duplicate", expSyn(roce.RCAck, psn-1, ackUnlimited))
+
+	// WRITEs then a gap: the ACK, then the sequence NAK.
+	write(3)
+	r.request(rigNow, roce.RCWriteOnly, psn+5, []byte("12345678"), r.reth(0, 8))
+	r.want("WRITEs then a gap", expSyn(roce.RCAck, psn-1, ackUnlimited), expSyn(roce.RCAck, psn, roce.NAKSyndrome(roce.NAKPSNSeqError)))
+}
+
+// TestACKPolicy: the decision table of sched.go's ACK policy.
+func TestACKPolicy(t *testing.T) {
+	for _, c := range []struct {
+		by                 sendMode
+		hdue               uint8
+		woke, pushed, resp bool
+		want               respHold
+	}{
+		{byApp, 0, false, false, true, holdNone},
+		{byApp, 0, true, true, true, holdNone}, // the poster is the application
+		{byApp, hdueRecv, false, true, true, holdHandlers},
+		{byDevice, hdueSend, true, true, true, holdHandlers},
+		{byDevice, 0, true, true, true, holdYield},
+		{byDevice, 0, true, true, false, holdYield}, // the reader gets the CPU either way
+		{byDevice, 0, false, true, true, holdNone},
+		{byPoller, 0, false, true, true, holdPoller},
+		{byPoller, 0, false, true, false, holdNone},
+		{byPoller, 0, true, false, true, holdNone}, // no completion: nobody will reply
+		{byPoller, hdueSend, false, true, true, holdHandlers},
+	} {
+		if got := holdFor(c.by, c.hdue, c.woke, c.pushed, c.resp); got != c.want {
+			t.Errorf("holdFor(%d, %d, woke %v, pushed %v, resp %v) = %d, want %d", c.by, c.hdue, c.woke, c.pushed, c.resp, got, c.want)
+		}
 	}
 }
 

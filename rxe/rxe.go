@@ -169,7 +169,7 @@ const (
 	// it yields (and re-kicks itself).
 	procBudget = 256
 	// respDeferMax bounds how long a busy poller's round may keep its
-	// responses queued for the application's next post (sendDefer);
+	// responses queued for the application's next post (holdPoller, sched.go);
 	// normally the next post or empty Poll sends them much sooner.
 	respDeferMax = int64(100 * time.Microsecond)
 	// eventQueueLen is the async event channel capacity.

@@ -131,7 +131,7 @@ func (s *rxShard) rxLoop() {
 			return
 		}
 		s.queueBatch(b, n)
-		d.runBatch(b, n, sendYield)
+		d.runBatch(b, n, byDevice)
 	}
 }
 

@@ -52,7 +52,8 @@ type PollReader struct {
 
 // PollReader returns a non-blocking reader of up to batch datagrams
 // (GRO: super-datagrams) per call, or nil if batch < 1. On a GRO socket
-// it has its own receive buffers, 64 KiB per datagram of batch.
+// it has its own receive buffers, 64 KiB per datagram of batch at most,
+// made as the traffic needs them (groStartBufs).
 func (s *Socket) PollReader(batch int) *PollReader {
 	if batch < 1 {
 		return nil
@@ -65,7 +66,7 @@ func (s *Socket) PollReader(batch int) *PollReader {
 	r.v.recvTOS = s.cfg.RecvTOS
 	r.v.init(min(batch, MaxBatchSize), s.gro)
 	if s.gro {
-		r.dirty = len(r.v.hdrs) // set every entry up at the first read
+		r.dirty = r.v.live // set every entry up at the first read
 	}
 	r.ctlFn = r.control
 	r.waitFn = r.waitCallback
@@ -159,7 +160,7 @@ func (r *PollReader) prepare(msgs []Message) {
 		for i := range r.dirty {
 			r.v.setupGRO(i)
 		}
-		r.vlen = v
+		r.vlen = min(v, r.v.live)
 	} else {
 		if &msgs[0] != r.base || v != r.vlen {
 			r.base, r.vlen, r.dirty = &msgs[0], v, v
@@ -194,6 +195,9 @@ func (r *PollReader) finish(msgs []Message) (int, error) {
 	r.dirty = r.n
 	r.s.Stats.RxSyscalls.Inc()
 	if r.gro {
+		if r.v.grewAfter(r.n, r.vlen) {
+			r.dirty = r.v.live // the new buffers' entries too
+		}
 		r.v.next, r.v.cnt, r.v.off = 0, r.n, 0
 		return r.v.split(&r.s.Stats, msgs, true), nil
 	}

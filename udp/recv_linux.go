@@ -32,6 +32,10 @@ type groRecv struct {
 	// bufs[next:cnt]; off is the offset in bufs[next].
 	next, cnt, off int
 
+	// live is how many GRO buffers exist: bufs[:live] (growGRO). A read
+	// asks for at most live datagrams.
+	live int
+
 	zone zoneCache
 }
 
@@ -52,10 +56,36 @@ func (g *groRecv) init(b int, gro bool) {
 	}
 	if gro {
 		g.bufs = make([][]byte, b)
-		for i := range g.bufs {
-			g.bufs[i] = make([]byte, groBufSize)
-		}
+		g.live = 0
+		g.growTo(min(groStartBufs, b))
 	}
+}
+
+// GRO receive buffers are made as the traffic needs them: a vector
+// starts with groStartBufs (256 KiB, 64 segments of 4 KiB or 256 of 1
+// KiB: a whole rxe batch) and doubles, up to its batch size, whenever a
+// read filled every buffer it had (the socket held more). A shard of an
+// idle or lightly used device so holds 256 KiB instead of batch × 64
+// KiB (4 MiB at the default 64), and a busy one grows within its first
+// few reads; no read allocates after that.
+const groStartBufs = 4
+
+// growTo makes the GRO buffers up to n.
+func (g *groRecv) growTo(n int) {
+	for ; g.live < n; g.live++ {
+		g.bufs[g.live] = make([]byte, groBufSize)
+	}
+}
+
+// grewAfter grows the GRO buffers after a read that returned n
+// datagrams into vlen entries and reports whether it did: when the read
+// filled every buffer there is, the next one gets twice as many.
+func (g *groRecv) grewAfter(n, vlen int) bool {
+	if n < vlen || vlen < g.live || g.live == len(g.bufs) {
+		return false
+	}
+	g.growTo(min(2*g.live, len(g.bufs)))
+	return true
 }
 
 // setupGRO points recvmmsg entry i at GRO buffer i and its control
@@ -117,8 +147,9 @@ func (r *reader) init(s *Socket) {
 	r.pollFn = r.poll
 }
 
-// alloc sets up the vector (and in GRO mode 64 KiB per entry) on the
-// first ReadBatch: a socket read through a PollReader never needs it.
+// alloc sets up the vector (and in GRO mode its first buffers, see
+// groStartBufs) on the first ReadBatch: a socket read through a
+// PollReader never needs it.
 func (r *reader) alloc() {
 	if r.hdrs == nil {
 		r.recvTOS = r.s.cfg.RecvTOS
@@ -200,6 +231,7 @@ func (s *Socket) ReadBatch(msgs []Message) (int, error) {
 		s.Stats.RxSyscalls.Inc()
 		if s.gro {
 			r.next, r.cnt, r.off = 0, r.n, 0
+			r.grewAfter(r.n, r.vlen)
 			continue
 		}
 		n := r.finishDirect(msgs)
@@ -251,8 +283,10 @@ func (r *reader) prepareDirect(msgs []Message) {
 	r.vlen = len(msgs)
 }
 
-// prepareGRO points the recvmmsg vector at the first n socket buffers.
+// prepareGRO points the recvmmsg vector at the first n socket buffers
+// (at most the live ones).
 func (r *reader) prepareGRO(n int) {
+	n = min(n, r.live)
 	for i := range n {
 		r.setupGRO(i)
 	}

@@ -444,9 +444,10 @@ func TestE2ERouteFailover(t *testing.T) {
 // softib router (tcp → tcp1) against the same between two nodes on one
 // subnet (tcp), alternating, and logs the medians, their ratio (the
 // issue's ≥ 0.8× goal; not asserted: the machine is shared), the load
-// average, and the CPU time per MiB moved: of all the lnetd processes,
-// of the router alone, and of the whole machine (/proc/stat, which counts
-// the kernel's TCP work in softirqs too). SOFTIB_ROUTE_PERF_ROUNDS sets
+// average, and the CPU time per MiB moved: of each lnetd process (client
+// A, and server C direct; A, router R and server B routed) and their sum,
+// and of the whole machine (/proc/stat, which counts the kernel's TCP
+// work in softirqs too). SOFTIB_ROUTE_PERF_ROUNDS sets
 // the rounds (default 1; BENCHMARKS.md takes medians of more),
 // SOFTIB_ROUTE_PERF_SECONDS each run's length (default 2).
 func TestE2ERoutePerf(t *testing.T) {
@@ -465,7 +466,14 @@ func TestE2ERoutePerf(t *testing.T) {
 	t.Logf("pids: A %d, R %d, B %d, C %d", a.cmd.Process.Pid, r.cmd.Process.Pid, b.cmd.Process.Pid, c.cmd.Process.Pid)
 	rounds, seconds := envInt("SOFTIB_ROUTE_PERF_ROUNDS", 1), envInt("SOFTIB_ROUTE_PERF_SECONDS", 2)
 
-	type sample struct{ mib, cpuProcs, cpuRouter, cpuHost float64 }
+	// sample is one run: MiB/s and CPU ms per MiB moved of each lnetd
+	// (direct: A, C; routed: A, R, B) and of the host.
+	type sample struct {
+		mib     float64
+		cpu     []float64 // per process, in the order of names
+		cpuHost float64
+	}
+	names := [2][]string{{"A", "C"}, {"A", "R", "B"}}
 	var samples [2][2][]sample // [routed][read]
 	run := func(routed, read bool) {
 		to, procs := cNI.nid(), []*procNode{a, c}
@@ -476,20 +484,20 @@ func TestE2ERoutePerf(t *testing.T) {
 		if read {
 			op = "read"
 		}
-		p0, r0, h0 := procsCPU(t, procs...), procsCPU(t, r), hostCPU(t)
+		p0, h0 := procCPUs(t, procs...), hostCPU(t)
 		code, res, errs := lstQuick(t, a, aNI.nid(), to, 8, float64(seconds), "brw", op, "size=1M", "check=simple")
-		p1, r1, h1 := procsCPU(t, procs...), procsCPU(t, r), hostCPU(t)
+		p1, h1 := procCPUs(t, procs...), hostCPU(t)
 		if code != 0 || !res.OK || res.Errors != 0 || res.BRWErr != 0 || res.RPCs == 0 {
 			t.Fatalf("lst brw %s → %s: exit %d: %+v\n%s", op, to, code, res, errs)
 		}
 		mib := res.MiBRate * res.Seconds
-		s := sample{mib: res.MiBRate, cpuProcs: (p1 - p0) / mib * 1e3, cpuHost: (h1 - h0) / mib * 1e3}
-		if routed {
-			s.cpuRouter = (r1 - r0) / mib * 1e3
+		s := sample{mib: res.MiBRate, cpuHost: (h1 - h0) / mib * 1e3}
+		for i := range procs {
+			s.cpu = append(s.cpu, (p1[i]-p0[i])/mib*1e3)
 		}
 		samples[b2i(routed)][b2i(read)] = append(samples[b2i(routed)][b2i(read)], s)
-		t.Logf("brw %s 1 MiB %s: %.0f MiB/s, CPU ms/MiB: lnetds %.2f, router %.2f, host %.2f (load %s)",
-			op, map[bool]string{false: "direct", true: "routed"}[routed], s.mib, s.cpuProcs, s.cpuRouter, s.cpuHost, loadAvg())
+		t.Logf("brw %s 1 MiB %s: %.0f MiB/s, CPU ms/MiB: %s, host %.2f (load %s)",
+			op, map[bool]string{false: "direct", true: "routed"}[routed], s.mib, cpuSplit(names[b2i(routed)], s.cpu), s.cpuHost, loadAvg())
 	}
 	for range rounds {
 		for _, read := range []bool{false, true} {
@@ -513,13 +521,35 @@ func TestE2ERoutePerf(t *testing.T) {
 	for _, read := range []bool{false, true} {
 		d, rt := samples[0][b2i(read)], samples[1][b2i(read)]
 		mibD, mibR := med(d, func(s sample) float64 { return s.mib }), med(rt, func(s sample) float64 { return s.mib })
+		medCPU := func(ss []sample) []float64 {
+			v := make([]float64, len(ss[0].cpu))
+			for i := range v {
+				v[i] = med(ss, func(s sample) float64 { return s.cpu[i] })
+			}
+			return v
+		}
 		t.Logf("median of %d, lst brw %s 1 MiB, concurrency 8: direct tcp %.0f MiB/s, through a softib router tcp→tcp1 %.0f MiB/s: %.2f×; "+
-			"CPU ms/MiB direct %.2f (host %.2f), routed %.2f (router %.2f, host %.2f); load %s",
+			"CPU ms/MiB direct %s (host %.2f), routed %s (host %.2f); load %s",
 			rounds, map[bool]string{false: "write", true: "read"}[read], mibD, mibR, mibR/mibD,
-			med(d, func(s sample) float64 { return s.cpuProcs }), med(d, func(s sample) float64 { return s.cpuHost }),
-			med(rt, func(s sample) float64 { return s.cpuProcs }), med(rt, func(s sample) float64 { return s.cpuRouter }),
-			med(rt, func(s sample) float64 { return s.cpuHost }), loadAvg())
+			cpuSplit(names[0], medCPU(d)), med(d, func(s sample) float64 { return s.cpuHost }),
+			cpuSplit(names[1], medCPU(rt)), med(rt, func(s sample) float64 { return s.cpuHost }), loadAvg())
 	}
+}
+
+// cpuSplit formats per-process CPU figures as BENCHMARKS.md's Routing
+// tables do: "A 0.24 + R 0.20 + B 0.33 = 0.77".
+func cpuSplit(names []string, v []float64) string {
+	var b strings.Builder
+	var sum float64
+	for i, x := range v {
+		if i > 0 {
+			b.WriteString(" + ")
+		}
+		fmt.Fprintf(&b, "%s %.2f", names[i], x)
+		sum += x
+	}
+	fmt.Fprintf(&b, " = %.2f", sum)
+	return b.String()
 }
 
 // spliced sums n's socklnd counters of forwarded payloads moved through
@@ -554,12 +584,12 @@ func envInt(name string, def int) int {
 	return def
 }
 
-// procsCPU is the user+system CPU seconds the processes have used
+// procCPUs is the user+system CPU seconds each process has used
 // (/proc/PID/stat utime, stime).
-func procsCPU(t *testing.T, ns ...*procNode) float64 {
+func procCPUs(t *testing.T, ns ...*procNode) []float64 {
 	t.Helper()
-	var sum float64
-	for _, n := range ns {
+	out := make([]float64, len(ns))
+	for i, n := range ns {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", n.cmd.Process.Pid))
 		if err != nil {
 			t.Fatal(err)
@@ -569,9 +599,9 @@ func procsCPU(t *testing.T, ns ...*procNode) float64 {
 		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
 		ut, _ := strconv.ParseFloat(f[11], 64)
 		st, _ := strconv.ParseFloat(f[12], 64)
-		sum += (ut + st) / clkTck
+		out[i] = (ut + st) / clkTck
 	}
-	return sum
+	return out
 }
 
 // clkTck is USER_HZ, the unit of /proc's CPU times (100 on Linux).

@@ -90,6 +90,7 @@ func TestInteropIBVerbs(t *testing.T) {
 			t.Fatalf("devinfo --provider ibverbs did not list rxe0 with an active port (exit %d)", r.Code)
 		}
 	})
+	t.Run("multicast", func(t *testing.T) { mcastInterop(ctx, t, v) })
 	t.Run("overhead vs C perftest", func(t *testing.T) { overhead(ctx, t, v) })
 	t.Run("lnet o2ib", func(t *testing.T) { lnetO2IB(ctx, t, v, hostBin) })
 	t.Run("iser target", func(t *testing.T) { iserTarget(ctx, t, v) })

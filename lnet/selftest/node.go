@@ -163,7 +163,7 @@ func (s *Service) Session() (SID, string) {
 
 // dispatch handles one request copied out of a request buffer; svc is
 // the match bits it came with (the service id).
-func (s *Service) dispatch(raw []byte, from lnetwire.ProcessID, svc uint64) {
+func (s *Service) dispatch(raw []byte, from rpcPeer, svc uint64) {
 	// Add under mu, so that Close (closed, then Wait) never races an Add.
 	s.mu.Lock()
 	if s.closed {
@@ -211,7 +211,7 @@ func (s *Service) dispatch(raw []byte, from lnetwire.ProcessID, svc uint64) {
 
 // serveFramework handles a console request (sfw_handle_server_rpc). It
 // reports whether the request is dropped without a reply.
-func (s *Service) serveFramework(req Msg, swapped bool, from lnetwire.ProcessID, rep Msg) bool {
+func (s *Service) serveFramework(req Msg, swapped bool, from rpcPeer, rep Msg) bool {
 	t := req.Type()
 	if t != MsgTestReq {
 		// A TEST request may wait for its destination list: it takes
@@ -310,7 +310,7 @@ func (s *Service) oldSIDLocked() SID {
 
 // makeSessionLocked is sfw_make_session: join the console's session;
 // a node in another session refuses with EBUSY unless forced.
-func (s *Service) makeSessionLocked(req, rep Msg, from lnetwire.ProcessID) syscall.Errno {
+func (s *Service) makeSessionLocked(req, rep Msg, from rpcPeer) syscall.Errno {
 	mk, mr := req.MksnReq(), rep.MksnRep()
 	sid := req.ReqSID()
 	rep.SetReplySID(s.oldSIDLocked())
@@ -345,7 +345,7 @@ func (s *Service) makeSessionLocked(req, rep Msg, from lnetwire.ProcessID) sysca
 }
 
 // removeSessionLocked is sfw_remove_session.
-func (s *Service) removeSessionLocked(req, rep Msg, from lnetwire.ProcessID) syscall.Errno {
+func (s *Service) removeSessionLocked(req, rep Msg, from rpcPeer) syscall.Errno {
 	sid := req.ReqSID()
 	sn := s.sess
 	rep.SetReplySID(s.oldSIDLocked())
@@ -465,7 +465,7 @@ func (s *Service) batchOpLocked(req, rep Msg) (syscall.Errno, bool) {
 
 // addTest is sfw_add_test: record a test instance of a batch. A client
 // instance first GETs its destination list from the console.
-func (s *Service) addTest(req Msg, swapped bool, from lnetwire.ProcessID, rep Msg) syscall.Errno {
+func (s *Service) addTest(req Msg, swapped bool, from rpcPeer, rep Msg) syscall.Errno {
 	tr := req.TestReq()
 	s.mu.Lock()
 	rep.SetReplySID(s.oldSIDLocked())

@@ -266,12 +266,12 @@ var replyBufs = sync.Pool{New: func() any { b := make([]byte, MsgSize); return &
 
 // sendReply PUTs rep (MsgSize bytes, copied) to the requester's reply
 // buffer. Failures are counted; nobody waits for them.
-func (e *endpoint) sendReply(to lnetwire.ProcessID, rpyID uint64, rep Msg) {
+func (e *endpoint) sendReply(to rpcPeer, rpyID uint64, rep Msg) {
 	bp := replyBufs.Get().(*[]byte)
 	copy(*bp, rep[:MsgSize])
 	h, err := e.in.MDBind(lnet.MD{Start: *bp, Threshold: 1, Handler: e.replyH, UserPtr: bp}, lnet.AutoUnlink)
 	if err == nil {
-		err = e.in.Put(lnetwire.NIDAny, h, lnet.AckReqNo, to, RDMAPortal, rpyID, 0, 0)
+		err = e.in.Put(to.self, h, lnet.AckReqNo, to.peer, RDMAPortal, rpyID, 0, 0)
 	}
 	if err != nil {
 		e.cnt.errors.Add(1)
@@ -293,7 +293,7 @@ func (e *endpoint) replySent(ev *lnet.Event) {
 // bulk moves buf between this node and the requester's bulk MD: GET it
 // (sink: a brw write or a TEST destination list comes to us) or PUT it
 // (a brw read), as srpc_do_bulk. The bytes moved are counted.
-func (e *endpoint) bulk(ctx context.Context, to lnetwire.ProcessID, bulkID uint64, buf []byte, sink bool, timeout time.Duration) error {
+func (e *endpoint) bulk(ctx context.Context, to rpcPeer, bulkID uint64, buf []byte, sink bool, timeout time.Duration) error {
 	c := getCall(timeout)
 	clean := false
 	defer func() { e.release(c, clean) }()
@@ -307,9 +307,9 @@ func (e *endpoint) bulk(ctx context.Context, to lnetwire.ProcessID, bulkID uint6
 	}
 	c.mds[0], c.n = h, 1
 	if sink {
-		err = e.in.Get(lnetwire.NIDAny, h, to, RDMAPortal, bulkID, 0)
+		err = e.in.Get(to.self, h, to.peer, RDMAPortal, bulkID, 0)
 	} else {
-		err = e.in.Put(lnetwire.NIDAny, h, lnet.AckReqNo, to, RDMAPortal, bulkID, 0, 0)
+		err = e.in.Put(to.self, h, lnet.AckReqNo, to.peer, RDMAPortal, bulkID, 0, 0)
 	}
 	if err != nil {
 		return err
@@ -353,13 +353,13 @@ type reqBuffers struct {
 	portal  int
 	mes     [2]*lnet.ME
 	bufs    [2][]byte
-	handle  func(req []byte, from lnetwire.ProcessID, svc uint64)
+	handle  func(req []byte, from rpcPeer, svc uint64)
 	mu      sync.Mutex
 	closed  bool
 	handles [2]lnet.MDHandle
 }
 
-func (e *endpoint) postBuffers(portal, slots int, handle func([]byte, lnetwire.ProcessID, uint64)) (*reqBuffers, error) {
+func (e *endpoint) postBuffers(portal, slots int, handle func([]byte, rpcPeer, uint64)) (*reqBuffers, error) {
 	rb := &reqBuffers{e: e, portal: portal, handle: handle}
 	if err := e.in.SetLazyPortal(portal); err != nil {
 		return nil, err
@@ -398,12 +398,12 @@ func (rb *reqBuffers) event(ev *lnet.Event) {
 		rb.e.cnt.rpcsRcvd.Add(1)
 		if ev.Status != nil || ev.MLength != MsgSize || ev.RLength != MsgSize {
 			rb.e.cnt.rpcsDropped.Add(1)
-			rb.e.log.Info("selftest: request dropped: not one srpc_msg", "from", ev.Initiator,
+			rb.e.log.Info("selftest: request dropped: not one srpc_msg", "from", rb.e.source(ev),
 				"portal", rb.portal, "service", ev.MatchBits, "length", ev.RLength, "err", ev.Status)
 		} else {
 			bp := reqCopies.Get().(*[]byte)
 			copy(*bp, ev.MD.Start[ev.Offset:ev.Offset+MsgSize])
-			go rb.serve(bp, ev.Initiator, ev.MatchBits)
+			go rb.serve(bp, rpcPeer{peer: rb.e.source(ev), self: ev.Target.NID}, ev.MatchBits)
 		}
 	}
 	if ev.Unlinked {
@@ -413,11 +413,51 @@ func (rb *reqBuffers) event(ev *lnet.Event) {
 	}
 }
 
+// rpcPeer is where a server RPC's reply and bulk transfers go, as the
+// kernel's srpc_server_rpc keeps them (srpc_lnet_ev_handler fills them
+// from the request's event; srpc_send_reply and srpc_do_bulk use them):
+// the process that sent the request (srpc_peer, ev->source: the
+// header's source NID, not the Multi-Rail primary that ev->initiator
+// and softib's Event.Initiator carry) and the local NID the request was
+// sent to (srpc_self, ev->target.nid), which the reply and bulk leave
+// from.
+type rpcPeer struct {
+	peer lnetwire.ProcessID
+	self lnetwire.NID
+}
+
+// String is the peer's, for logs.
+func (p rpcPeer) String() string { return p.peer.String() }
+
+// source is the kernel's ev->source of a received request: the NID it
+// was sent from. lnet.Event carries the sender's primary NID
+// (Initiator) and the previous hop (Sender); the previous hop is the
+// source when it is one of the initiator's own NIs (the request came
+// straight from it, Multi-Rail from whichever rail). Otherwise a router
+// forwarded it, and the event does not say which of the initiator's NIDs
+// sent it: the primary is used (replies then go to the same peer, the
+// selection picking its NI).
+func (e *endpoint) source(ev *lnet.Event) lnetwire.ProcessID {
+	src := ev.Initiator
+	if ev.Sender == src.NID || ev.Sender == lnetwire.NIDAny {
+		return src
+	}
+	if pd, ok := e.in.PeerOf(src.NID); ok {
+		for _, ni := range pd.NIs {
+			if ni.NID == ev.Sender {
+				src.NID = ev.Sender
+				break
+			}
+		}
+	}
+	return src
+}
+
 // reqCopies recycles the copies of requests.
 var reqCopies = sync.Pool{New: func() any { b := make([]byte, MsgSize); return &b }}
 
 // serve handles one request copy, then recycles it.
-func (rb *reqBuffers) serve(bp *[]byte, from lnetwire.ProcessID, svc uint64) {
+func (rb *reqBuffers) serve(bp *[]byte, from rpcPeer, svc uint64) {
 	rb.handle(*bp, from, svc)
 	reqCopies.Put(bp)
 }

@@ -217,7 +217,7 @@ func (s *Service) testRPC(ctx context.Context, ti *testInst, dst lnetwire.Proces
 // serveBRW is the brw test service (brw_server_handle, brw_bulk_ready):
 // GET the client's data and check it (write), or fill and PUT it (read).
 // A failed bulk transfer drops the RPC (no reply), as the kernel does.
-func (s *Service) serveBRW(req Msg, swapped bool, from lnetwire.ProcessID, rep Msg) bool {
+func (s *Service) serveBRW(req Msg, swapped bool, from rpcPeer, rep Msg) bool {
 	br := req.BRWReq()
 	rep.SetFeats(0)
 	rw, length, flags := br.RW(), br.Len(), br.Flags()

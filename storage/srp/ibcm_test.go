@@ -318,6 +318,8 @@ func FuzzDMAgent(f *testing.F) {
 	f.Add(AppendDMGet(nil, 8, DMAttrServiceEntries, ServiceEntriesMod(1, 0, 0)))
 	tgt := &Target{cfg: Config{IOCGUID: 0x1122, IDExt: 0x3344, Credits: 64}}
 	info := tgt.dmInfo(verbs.DeviceAttr{VendorID: 0x2c9})
+	unit := &dmUnit{changeID: 1}
+	unit.slots[0] = &info
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if p, err := ParseIOCProfile(b); err == nil {
 			_ = fmt.Sprint(p.GUID(), p.VendorID(), p.IDString(), p.SendSize(), p.ServiceEntries())
@@ -337,7 +339,7 @@ func FuzzDMAgent(f *testing.F) {
 			return
 		}
 		var resp [mad.MADSize]byte
-		st := dmAnswer(req, resp[:], &info)
+		st := dmAnswer(req, resp[:], unit)
 		h := mad.Header(resp[:])
 		if h.Method() != mad.MethodGetResp || h.Status() != st || h.TID() != req.Header().TID() ||
 			h.AttrID() != req.Header().AttrID() || h.AttrMod() != req.Header().AttrMod() {

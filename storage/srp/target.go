@@ -144,10 +144,13 @@ func (t *Target) ListenIBCM(c *cm.CM) error {
 	if !ok {
 		return errors.New("srp: IB CM without a GSI agent")
 	}
-	if err := t.l.ListenIBCM(c, t.ServiceID(), t.loginIBCM); err != nil {
+	if err := t.registerDM(g); err != nil {
 		return err
 	}
-	t.registerDM(g)
+	if err := t.l.ListenIBCM(c, t.ServiceID(), t.loginIBCM); err != nil {
+		t.unregisterDM(g)
+		return err
+	}
 	return nil
 }
 
@@ -162,7 +165,7 @@ func (t *Target) Close() error {
 	t.dms = nil
 	t.mu.Unlock()
 	for _, g := range dms {
-		g.Unregister(mad.ClassDevMgt, DMClassVersion)
+		t.unregisterDM(g)
 	}
 	t.l.Close()
 	return nil

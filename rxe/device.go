@@ -42,7 +42,7 @@ type Stats struct {
 	ICRCIPv4ID    stats.Counter // IPv4 packets whose ICRC verified with a non-zero IP ID recovered
 	HdrTooShort   stats.Counter // shorter than BTH + ext headers + ICRC
 	BadTVer       stats.Counter // TVer != 0
-	BadOpcode     stats.Counter // opcode not in the table (or RD/CNP)
+	BadOpcode     stats.Counter // opcode not in the table (or RD, XRC)
 	BadPad        stats.Counter // payload + pad not a multiple of 4
 	BadPayload    stats.Counter // payload or pad on an opcode that carries none
 	NoQP          stats.Counter // DestQP unknown or 0
@@ -65,6 +65,12 @@ type Stats struct {
 
 	PollRxBatches stats.Counter // busy-poll: datagram batches a CQ poller received itself
 	RespDeferred  stats.Counter // busy-poll: rounds that left responses for the poller's post
+
+	// Congestion signalling (congestion.go), under mlx5's counter names.
+	NPECNMarked  stats.Counter // CE-marked packets received (np_ecn_marked_roce_packets)
+	NPCNPSent    stats.Counter // CNPs sent (np_cnp_sent)
+	RPCNPHandled stats.Counter // CNPs that fed a QP's rate limiter (rp_cnp_handled)
+	RPCNPIgnored stats.Counter // CNPs dropped: ECN off, or a QP that cannot react (rp_cnp_ignored)
 }
 
 // Device is an open Soft-RoCE device.
@@ -143,6 +149,9 @@ func Open(cfg Config) (verbs.Device, error) {
 		if c.NoRxCoalescing {
 			uc.DisableGRO = true
 		}
+	}
+	if err := c.prepareECN(&uc); err != nil { // congestion.go
+		return nil, err
 	}
 	conns, err := openShards(&c, &uc)
 	if err != nil {
@@ -565,7 +574,7 @@ func (d *Device) checkICRC(p *packet, enc *encapCache) bool {
 }
 
 // errTransport rejects a known opcode of a transport rxe does not serve
-// (RD, CNP, XRC): counted with the unknown ones in BadOpcode.
+// (RD, XRC): counted with the unknown ones in BadOpcode.
 var errTransport = errors.New("rxe: opcode of an unsupported transport")
 
 // countParseErr counts a receive-check rejection by its typed reason
@@ -640,8 +649,8 @@ func (p *packet) parse() error {
 		return err
 	}
 	op := pk.Opcode()
-	if t := op.Transport(); t != roce.TransportRC && t != roce.TransportUC && t != roce.TransportUD {
-		return errTransport
+	if t := op.Transport(); t != roce.TransportRC && t != roce.TransportUC && t != roce.TransportUD && op != roce.CNP {
+		return errTransport // (a CNP goes to its QP: congestion.go)
 	}
 	p.op, p.hdr, p.pay, p.psn = op, pk.HeaderLen(), pk.PayloadLen(), pk.PSN()
 	return nil

@@ -151,5 +151,6 @@ func (q *QP) finish(p *packet) {
 	if q.sport.pending {
 		q.openSport()
 	}
+	q.markECT(p) // ECN on: ECT(0) (congestion.go)
 	q.encap.get(q.srcAddr(), p.addr).SetICRC(p.buf[:p.n])
 }

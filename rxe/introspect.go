@@ -72,6 +72,8 @@ var ownNames = map[string]string{
 	"BadQPState": "bad_qp_state", "RcvNoRecvWQE": "rcv_no_recv_wqe", "UCDropped": "uc_dropped",
 	"RDMASends": "rdma_sends", "RDMARecvs": "rdma_recvs",
 	"RemAccessNAK": "rem_access_nak", "InvReqNAK": "inv_req_nak", "RemOpNAK": "rem_op_nak",
+	"NPECNMarked": "np_ecn_marked_roce_packets", "NPCNPSent": "np_cnp_sent",
+	"RPCNPHandled": "rp_cnp_handled", "RPCNPIgnored": "rp_cnp_ignored",
 }
 
 // SnakeCase returns the counter name of a Stats field: its entry in

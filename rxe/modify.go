@@ -19,7 +19,8 @@ func (q *QP) acceptsTransport(op roce.Opcode) bool {
 	case roce.TransportUD:
 		return q.typ == verbs.QPTypeUD || q.typ == verbs.QPTypeGSI
 	}
-	return false
+	// A CNP is for the connected QP that sent CE-marked packets.
+	return op == roce.CNP && (q.typ == verbs.QPTypeRC || q.typ == verbs.QPTypeUC)
 }
 
 // Modify applies attributes following the IBA transition rules.

@@ -20,11 +20,11 @@ func TestRecvParseCounters(t *testing.T) {
 		{"HdrTooShort", good[:10]},
 		{"HdrTooShort", mut(func(b []byte) []byte { b[1] |= 3 << 4; return b[:roce.BTHSize+roce.ICRCSize] })},
 		{"BadTVer", mut(func(b []byte) []byte { b[1] |= 1; return b })},
-		{"BadOpcode", mut(func(b []byte) []byte { b[0] = 0x1F; return b })},           // reserved RC opcode
-		{"BadOpcode", mut(func(b []byte) []byte { b[0] = byte(roce.CNP); return b })}, // known, but not a transport rxe serves
-		{"BadPad", mut(func(b []byte) []byte { return append(b, 0) })},                // length not a multiple of 4
-		{"BadPayload", seedPacket(roce.RCAck, 0x11, 0, 4, nil)},                       // an ACK with a payload
-		{"HdrTooShort", make([]byte, pktBufSize+1)},                                   // larger than a packet buffer
+		{"BadOpcode", mut(func(b []byte) []byte { b[0] = 0x1F; return b })}, // reserved RC opcode
+		{"BadOpcode", mut(func(b []byte) []byte { b[0] = 0x51; return b })}, // RD ACKNOWLEDGE: known, but not a transport rxe serves
+		{"BadPad", mut(func(b []byte) []byte { return append(b, 0) })},      // length not a multiple of 4
+		{"BadPayload", seedPacket(roce.RCAck, 0x11, 0, 4, nil)},             // an ACK with a payload
+		{"HdrTooShort", make([]byte, pktBufSize+1)},                         // larger than a packet buffer
 	} {
 		before := rig.dev.Stats()
 		rig.feed(c.pkt)

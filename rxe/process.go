@@ -170,6 +170,11 @@ func (q *QP) handle(p *packet, now int64) {
 	}
 	q.dev.stats.RcvdPkts.Inc()
 	q.stats.RcvdPkts.Inc()
+	q.onPacketClass(p, now) // CE → CNP (congestion.go)
+	if p.op == roce.CNP {
+		q.onCNP(now)
+		return
+	}
 	if p.op.Is(roce.MaskReq) {
 		q.resp.noteRequest()
 		q.resp.respond(p, now)
@@ -198,6 +203,9 @@ func (q *QP) nextDeadline() int64 {
 	}
 	if r := q.respDue; r != 0 && (dl == 0 || r < dl) {
 		dl = r
+	}
+	if r := q.ccDeadline(); r != 0 && (dl == 0 || r < dl) {
+		dl = r // a rate-limited requester's next send (congestion.go)
 	}
 	return dl
 }

@@ -63,6 +63,7 @@ type QP struct {
 	timerAt  int64          // guarded by mu; deadline the timer is set for (0: none)
 	sqdEvent bool           // guarded by mu; raise SQ_DRAINED when the SQ empties in SQD
 	stats    qpStats        // atomic counters (introspect.go)
+	cc       *congestion    // guarded by mu; made at the first CE mark or CNP (congestion.go)
 
 	inMu    sync.Mutex
 	inq     []*packet // guarded by inMu; the inbound ring (inqMax)

@@ -119,6 +119,9 @@ func (r *requester) run(now int64, budget int) bool {
 		if q.typ == verbs.QPTypeRC && psn.Diff(q.comp.psn) >= maxUnackedPSNs {
 			return false
 		}
+		if !q.ccAdmit(w, now) {
+			return false // rate-limited: QP.nextDeadline has the next send
+		}
 		r.sendPacket(w, psn, now)
 		budget--
 	}

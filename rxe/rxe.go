@@ -211,6 +211,11 @@ type Config struct {
 	// (default 4; negative means only in busy-poll mode). A Poll, arm,
 	// Poll, sleep waiter never gets there. See busypoll.go.
 	PollRxAfter int
+	// ECN turns on RoCEv2 congestion signalling: ECT(0) on every packet
+	// sent, CNPs for CE-marked packets received, and a DCQCN rate limiter
+	// on each QP that receives CNPs (congestion.go). Off by default, as
+	// Linux rxe has none of it.
+	ECN ECNConfig
 }
 
 func (c *Config) withDefaults() Config {
@@ -233,7 +238,7 @@ func (c *Config) withDefaults() Config {
 type provider struct{}
 
 func (provider) Open(cfg verbs.DeviceConfig) (verbs.Device, error) {
-	return Open(Config{DeviceConfig: cfg})
+	return Open(Config{DeviceConfig: cfg, ECN: providerECNConfig()}) // SetProviderECN
 }
 
 func init() { verbs.Register("rxe", provider{}) }

@@ -153,6 +153,7 @@ func (s *rxShard) queueBatch(b *rxBatch, n int) {
 		}
 		p := b.pkts[i]
 		p.n, p.addr = b.msgs[i].N, b.msgs[i].Addr
+		p.cls = ipClass{tos: b.msgs[i].TOS} // ECN field (congestion.go)
 		q := d.recv(p, &s.encap)
 		if q == nil {
 			continue

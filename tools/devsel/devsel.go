@@ -17,6 +17,7 @@ import (
 	"strings"
 	"syscall"
 
+	"softib/rxe"
 	"softib/verbs"
 )
 
@@ -59,6 +60,11 @@ type Options struct {
 	// RxShards is the number of receive sockets of the device
 	// (verbs.DeviceConfig.RxShards; 0 = the provider's default).
 	RxShards int
+	// ECN turns on RoCEv2 congestion signalling on a Soft-RoCE device:
+	// ECT(0) marks, CNPs for CE-marked packets, a DCQCN rate limiter per
+	// QP (rxe.ECNConfig with its defaults). Off by default, as on Linux
+	// rxe; refused for other providers.
+	ECN bool
 	// Provider names the verbs provider ("" = $SOFTIB_PROVIDER, else
 	// "rxe", softib's Soft-RoCE; "ibverbs" = the kernel's RDMA devices in
 	// a build with -tags ibverbs).
@@ -95,6 +101,12 @@ func (o *Options) Register(fs *flag.FlagSet, gidDefault int, gidFlags ...string)
 	fs.StringVar(&o.Provider, "provider", o.Provider, "verbs `provider`: rxe (softib's Soft-RoCE, the default) or ibverbs (kernel RDMA devices; needs a build with -tags ibverbs) (default $"+EnvProvider+", else rxe)")
 	fs.IntVar(&o.RxShards, "rx-shards", o.RxShards, "receive `sockets` of the device, each read by its own goroutine (SO_REUSEPORT; default GOMAXPROCS)")
 	fs.BoolVar(&o.NoRxCoalescing, "no-gro", o.NoRxCoalescing, "receive without UDP GRO (one datagram per packet; GRO coalesces a peer's GSO bursts, and a polling tool reads the socket itself either way)")
+	o.registerECN(fs)
+}
+
+// registerECN adds --ecn to fs.
+func (o *Options) registerECN(fs *flag.FlagSet) {
+	fs.BoolVar(&o.ECN, "ecn", o.ECN, "RoCEv2 congestion signalling: mark packets ECN-capable (ECT(0)), answer CE-marked packets with CNPs, and slow a QP that receives CNPs down with a DCQCN rate limiter (off by default, as on Linux rxe, which has none of it)")
 }
 
 // RegisterCM adds the long device flags of the RDMA CM tools (rping,
@@ -110,6 +122,19 @@ func (o *Options) RegisterCM(fs *flag.FlagSet, addrFallback string) {
 	fs.IntVar(&o.NetMTU, "net-mtu", o.NetMTU, "link `MTU` the device assumes (default: the MTU of the interface holding --addr, as Linux rxe)")
 	fs.BoolVar(&o.BusyPoll, "busy-poll", o.BusyPoll, "busy-poll the device socket")
 	fs.IntVar(&o.RxShards, "rx-shards", o.RxShards, "receive `sockets` of the device, each read by its own goroutine (SO_REUSEPORT; default GOMAXPROCS)")
+	o.registerECN(fs)
+}
+
+// setECN hands --ecn to the rxe provider (rxe.SetProviderECN: verbs'
+// DeviceConfig has no field for it), or refuses it for another provider.
+func (o *Options) setECN(provider string) error {
+	if !o.ECN {
+		return nil
+	}
+	if provider != "rxe" {
+		return fmt.Errorf("--ecn: provider %q does not take it (only rxe, softib's Soft-RoCE; a kernel device's congestion control is the driver's)", provider)
+	}
+	return rxe.SetProviderECN(rxe.ECNConfig{Enable: true})
 }
 
 // Port returns the IB port number (1 when unset).
@@ -255,6 +280,9 @@ func (o *Options) Open() (verbs.Device, error) {
 		return nil, err
 	}
 	if err := CaptureConfig(&cfg); err != nil {
+		return nil, err
+	}
+	if err := o.setECN(cfg.Provider); err != nil {
 		return nil, err
 	}
 	dev, err := verbs.Open(cfg)

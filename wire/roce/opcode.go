@@ -120,7 +120,8 @@ const (
 )
 
 // CNP is the RoCEv2 Congestion Notification Packet opcode (Annex A17.9.2):
-// BTH plus 16 reserved bytes. rxe neither sends nor handles it.
+// BTH plus 16 reserved bytes (cnp.go). Linux rxe neither sends nor
+// handles it; softib does with ECN on (rxe/congestion.go).
 const CNP Opcode = 0x81
 
 // Transport returns the transport base of op (TransportRC, ...).

@@ -1,0 +1,536 @@
+package rxe
+
+import (
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"softib/udp"
+	"softib/verbs"
+	"softib/wire/roce"
+)
+
+// RoCEv2 congestion signalling (IBTA RoCEv2 annex A17.9) with a
+// DCQCN-style reaction point (Zhu et al., "Congestion Control for
+// Large-Scale RDMA Deployments", SIGCOMM 2015; the parameters are those
+// of NVIDIA's ConnectX firmware, mlx5's RoCE congestion control). Linux
+// rxe has none of it, so it is off by default (Config.ECN) and, off,
+// changes nothing on the wire. On:
+//
+//   - Every RoCE packet the device sends carries ECT(0) in the ECN field
+//     of its IPv4 TOS / IPv6 traffic class; the DSCP bits stay those of
+//     the QP's or AH's traffic class (tclass.go). The ICRC masks the
+//     field, so nothing else changes.
+//   - Notification point. The device's sockets report each datagram's
+//     traffic class (udp.Config.RecvTOS). A packet of a connected (RC,
+//     UC) QP that arrives with CE (ECN 11b) is counted
+//     (np_ecn_marked_roce_packets) and makes the QP send a CNP (BTH
+//     opcode 0x81, wire/roce/cnp.go) to the peer QP, at most one per
+//     ECNConfig.MinTimeBetweenCNPs (np_cnp_sent). CE on any packet of the
+//     QP counts, requests and responses alike, as on mlx5: the peer
+//     cannot tell which of its packets met the congestion. CNPs go out on
+//     the response lane (never rate-limited), with the QP's class.
+//   - Reaction point. A CNP for an RC or UC QP (rp_cnp_handled) starts,
+//     or feeds, the QP's DCQCN rate limiter, which paces the requester:
+//     request packets only (ACKs, NAKs and RDMA READ responses are not
+//     limited, as on ConnectX, whose rate limiter sits on the send
+//     queue). The limiter costs nothing until the first CNP and switches
+//     itself off again once the rate has recovered to MaxRate.
+//
+// A CNP that arrives at a device with ECN off, or at a QP that cannot
+// react (UD), is counted in rp_cnp_ignored and dropped; Linux rxe drops
+// opcode 0x81 too (its opcode table has no entry for it: rxe_rcv's
+// header checks fail) without a counter.
+//
+// Peers. ECN is a property of the path and the two ends: a router marks
+// CE only on ECT packets, so softib sends a CNP only to a peer whose
+// packets carried ECT, that is a peer that asked for ECN. A Linux rxe peer
+// sends the ECN bits of its address vector's traffic class: with a class
+// whose low bits are 0 (the default) its packets are Not-ECT, never
+// marked, and it never receives a CNP from softib. Only an application
+// that sets ECT bits in a kernel rxe QP's traffic class could make a
+// marking router CE-mark them; kernel rxe then drops softib's CNPs (and
+// softib's rate limiter never runs, since rxe sends none). softib packets
+// that kernel rxe receives with ECT(0) are accepted as any other (the
+// ICRC masks the field): TestInteropECN checks that on the QEMU guest.
+//
+// Everything runs under QP.mu, in the QP's processing round, from the
+// round's clock (Device.now): deadlines, no timers of its own. The
+// limiter's next send time is one of the QP's engine deadlines
+// (QP.nextDeadline), so a throttled requester sleeps in the QP's timer
+// and its round resumes it; nothing busy-waits.
+
+// ECN field values (RFC 3168): the low two bits of the IPv4 TOS byte or
+// the IPv6 traffic class.
+const (
+	ecnMask = 0x03
+	ecnECT0 = 0x02
+	ecnCE   = 0x03
+)
+
+// ECNConfig configures RoCEv2 congestion signalling (Config.ECN). The
+// zero value is off; with Enable set, zero fields take the defaults,
+// NVIDIA's DCQCN parameter defaults for ConnectX-4 and later (the names
+// in brackets are mlx5's congestion-control parameters), and a value out
+// of range fails Open.
+type ECNConfig struct {
+	// Enable turns ECN marking, CNPs and the DCQCN rate limiter on.
+	Enable bool
+	// MinTimeBetweenCNPs is the least time between two CNPs one QP
+	// sends [min_time_between_cnps] (default 4 µs).
+	MinTimeBetweenCNPs time.Duration
+	// MaxRate is the rate, in bits per second, at which the limiter
+	// starts on a first CNP and switches off again when it recovers to
+	// it [rpg_max_rate; 0 there means line rate] (default 100 Gb/s: a
+	// software device has no line rate; a first CNP halves the rate from
+	// here and further CNPs, at most one cut per RateReducePeriod, bring
+	// it down to the rate the path sustains within microseconds).
+	MaxRate float64
+	// FirstCNPRate, when not 0, is the rate (bits/s) a first CNP sets
+	// instead of cutting MaxRate [rate_to_set_on_first_cnp] (default 0).
+	FirstCNPRate float64
+	// MinRate is the lowest rate the limiter goes to [rpg_min_rate]
+	// (default 1 Mb/s).
+	MinRate float64
+	// MinDecFactor bounds one cut: the new rate is at least this
+	// fraction of the old [rpg_min_dec_fac, in %] (default 0.5).
+	MinDecFactor float64
+	// RateReducePeriod is the least time between two rate cuts
+	// [rate_reduce_monitor_period] (default 4 µs).
+	RateReducePeriod time.Duration
+	// AlphaG is the alpha smoothing factor [dce_tcp_g / 1024]: each
+	// AlphaPeriod alpha becomes AlphaG×alpha, plus (1−AlphaG) if a CNP
+	// arrived in the period (default 1019/1024).
+	AlphaG float64
+	// AlphaPeriod is alpha's update period [dce_tcp_rtt] (default 1 µs).
+	AlphaPeriod time.Duration
+	// InitialAlpha is alpha at a QP's first CNP [initial_alpha_value /
+	// 1024] (default 1023/1024).
+	InitialAlpha float64
+	// TimeReset is the rate-increase timer [rpg_time_reset] (default
+	// 300 µs).
+	TimeReset time.Duration
+	// ByteReset is the rate-increase byte counter [rpg_byte_reset]
+	// (default 32767 bytes).
+	ByteReset int
+	// Threshold is the number of timer or byte-counter expiries of fast
+	// recovery before additive increase [rpg_threshold] (default 1).
+	Threshold int
+	// AIRate is the additive increase step in bits/s [rpg_ai_rate]
+	// (default 5 Mb/s).
+	AIRate float64
+	// HAIRate is the hyper increase step in bits/s [rpg_hai_rate]
+	// (default 50 Mb/s).
+	HAIRate float64
+	// Burst is how many bytes a throttled QP may send at once (default
+	// 64 KiB: a batch of MTU packets can still leave as one GSO send).
+	Burst int
+
+	// sendCE (tests only, export_test) makes the device send CE instead
+	// of ECT(0): a path that marks every packet, on loopback.
+	sendCE bool
+}
+
+// Defaults (see ECNConfig).
+const (
+	defMinTimeBetweenCNPs = 4 * time.Microsecond
+	defMaxRate            = 100e9
+	defMinRate            = 1e6
+	defMinDecFactor       = 0.5
+	defRateReducePeriod   = 4 * time.Microsecond
+	defAlphaG             = 1019.0 / 1024
+	defAlphaPeriod        = time.Microsecond
+	defInitialAlpha       = 1023.0 / 1024
+	defTimeReset          = 300 * time.Microsecond
+	defByteReset          = 32767
+	defThreshold          = 1
+	defAIRate             = 5e6
+	defHAIRate            = 50e6
+	defBurst              = 64 << 10
+)
+
+// withDefaults fills zero fields and checks the rest.
+func (c *ECNConfig) withDefaults() error {
+	if !c.Enable {
+		if *c != (ECNConfig{}) {
+			return fmt.Errorf("rxe: ECN parameters set without ECN.Enable: %w", verbs.ErrInvalidArgument)
+		}
+		return nil
+	}
+	dur := func(p *time.Duration, d time.Duration) {
+		if *p == 0 {
+			*p = d
+		}
+	}
+	num := func(p *float64, d float64) {
+		if *p == 0 {
+			*p = d
+		}
+	}
+	dur(&c.MinTimeBetweenCNPs, defMinTimeBetweenCNPs)
+	dur(&c.RateReducePeriod, defRateReducePeriod)
+	dur(&c.AlphaPeriod, defAlphaPeriod)
+	dur(&c.TimeReset, defTimeReset)
+	num(&c.MaxRate, defMaxRate)
+	num(&c.MinRate, defMinRate)
+	num(&c.MinDecFactor, defMinDecFactor)
+	num(&c.AlphaG, defAlphaG)
+	num(&c.InitialAlpha, defInitialAlpha)
+	num(&c.AIRate, defAIRate)
+	num(&c.HAIRate, defHAIRate)
+	if c.ByteReset == 0 {
+		c.ByteReset = defByteReset
+	}
+	if c.Threshold == 0 {
+		c.Threshold = defThreshold
+	}
+	if c.Burst == 0 {
+		c.Burst = defBurst
+	}
+	bad := func(what string, v any) error {
+		return fmt.Errorf("rxe: ECN %s %v out of range: %w", what, v, verbs.ErrInvalidArgument)
+	}
+	switch {
+	case c.MinTimeBetweenCNPs < 0:
+		return bad("MinTimeBetweenCNPs", c.MinTimeBetweenCNPs)
+	case c.RateReducePeriod < 0:
+		return bad("RateReducePeriod", c.RateReducePeriod)
+	case c.AlphaPeriod < 0:
+		return bad("AlphaPeriod", c.AlphaPeriod)
+	case c.TimeReset < 0:
+		return bad("TimeReset", c.TimeReset)
+	case !(c.MinRate > 0) || !(c.MaxRate >= c.MinRate) || math.IsInf(c.MaxRate, 0):
+		return bad("MinRate/MaxRate", [2]float64{c.MinRate, c.MaxRate})
+	case c.FirstCNPRate < 0 || c.FirstCNPRate > c.MaxRate:
+		return bad("FirstCNPRate", c.FirstCNPRate)
+	case !(c.MinDecFactor > 0 && c.MinDecFactor <= 1):
+		return bad("MinDecFactor", c.MinDecFactor)
+	case !(c.AlphaG > 0 && c.AlphaG < 1):
+		return bad("AlphaG", c.AlphaG)
+	case !(c.InitialAlpha > 0 && c.InitialAlpha <= 1):
+		return bad("InitialAlpha", c.InitialAlpha)
+	case c.ByteReset < 0:
+		return bad("ByteReset", c.ByteReset)
+	case c.Threshold < 0:
+		return bad("Threshold", c.Threshold)
+	case !(c.AIRate >= 0) || !(c.HAIRate >= 0) || math.IsInf(c.AIRate+c.HAIRate, 0):
+		return bad("AIRate/HAIRate", [2]float64{c.AIRate, c.HAIRate})
+	case c.Burst < 0:
+		return bad("Burst", c.Burst)
+	}
+	return nil
+}
+
+// prepareECN checks and defaults c.ECN at Open and asks the socket Open
+// creates for the received traffic class. A given Conn (udptest) reports
+// none: its packets are never CE, so the notification point stays idle.
+func (c *Config) prepareECN(uc *udp.Config) error {
+	if err := c.ECN.withDefaults(); err != nil {
+		return err
+	}
+	if c.ECN.Enable {
+		uc.RecvTOS = true
+	}
+	return nil
+}
+
+// markECT gives a packet to be sent the ECT(0) codepoint when ECN is on
+// (called by QP.finish for every packet a QP builds).
+func (q *QP) markECT(p *packet) {
+	if c := &q.dev.cfg.ECN; c.Enable {
+		mark := uint8(ecnECT0)
+		if c.sendCE {
+			mark = ecnCE
+		}
+		p.cls.tos = p.cls.tos&^ecnMask | mark
+	}
+}
+
+// congestion is a QP's notification- and reaction-point state, made at
+// the QP's first CE-marked packet or CNP (QP.cc; guarded by QP.mu).
+type congestion struct {
+	// Notification point.
+	cnpSent bool  // a CNP has been sent (lastCNP is valid)
+	lastCNP int64 // when the last CNP went out
+
+	// Reaction point (DCQCN); rate values in bits per second.
+	rp rateLimiter
+}
+
+// rateLimiter is DCQCN's reaction point for one QP: alpha, the current
+// and target rates, the rate-increase timer and byte counter, and a
+// token bucket that paces the requester at the current rate. All times
+// are the device clock's nanoseconds; it never reads a clock itself, so
+// a test drives it with any sequence of times.
+type rateLimiter struct {
+	cfg *ECNConfig
+
+	active bool    // limiting: a CNP came and the rate has not recovered
+	rc, rt float64 // current and target rate
+	alpha  float64
+
+	alphaAt  int64 // end of the current alpha period
+	cnpAlpha bool  // a CNP arrived in the current alpha period
+	cut      bool  // lastCut is valid
+	lastCut  int64 // the last rate cut
+
+	timerAt int64 // next rate-increase timer expiry
+	tCount  int   // timer expiries since the last cut
+	bytes   int   // bytes sent since the last byte-counter expiry
+	bCount  int   // byte-counter expiries since the last cut
+
+	tokens float64 // bytes that may be sent now (negative: debt)
+	tokAt  int64   // when tokens was last refilled
+
+	// Statistics for tests and introspection.
+	cuts    int
+	minRate float64 // lowest rc since activation
+}
+
+// onCNP is a CNP's effect at time now: alpha rises at the end of the
+// period, and the rate is cut unless it was cut less than
+// RateReducePeriod ago.
+func (r *rateLimiter) onCNP(now int64) {
+	c := r.cfg
+	r.advance(now)
+	if !r.active {
+		r.active = true
+		r.rc = c.MaxRate
+		if c.FirstCNPRate > 0 {
+			r.rc = c.FirstCNPRate
+		}
+		r.rt = r.rc
+		r.alpha = c.InitialAlpha
+		r.alphaAt = now + int64(c.AlphaPeriod)
+		r.cnpAlpha = false
+		r.tokens, r.tokAt = float64(c.Burst), now
+		r.bytes = 0
+		r.minRate = r.rc
+		r.cut = false
+		if c.FirstCNPRate > 0 {
+			// The first CNP sets the rate; later ones cut it.
+			r.cut, r.lastCut = true, now
+			r.tCount, r.bCount = 0, 0
+			r.timerAt = now + int64(c.TimeReset)
+			r.cnpAlpha = true
+			return
+		}
+	}
+	r.cnpAlpha = true
+	if r.cut && now-r.lastCut < int64(c.RateReducePeriod) {
+		return
+	}
+	r.rt = r.rc
+	r.rc = max(r.rc*max(1-r.alpha/2, c.MinDecFactor), c.MinRate)
+	r.cut, r.lastCut = true, now
+	r.tCount, r.bCount, r.bytes = 0, 0, 0
+	r.timerAt = now + int64(c.TimeReset)
+	r.cuts++
+	r.minRate = min(r.minRate, r.rc)
+}
+
+// advance applies the alpha periods and rate-increase timer expiries up
+// to now (in closed form for alpha, one step per expiry for the rate,
+// ending early once the rate is back at MaxRate).
+func (r *rateLimiter) advance(now int64) {
+	if !r.active {
+		return
+	}
+	c := r.cfg
+	if p := int64(c.AlphaPeriod); now >= r.alphaAt {
+		if r.cnpAlpha {
+			r.alpha = c.AlphaG*r.alpha + (1 - c.AlphaG)
+			r.cnpAlpha = false
+			r.alphaAt += p
+		}
+		if now >= r.alphaAt {
+			k := (now-r.alphaAt)/p + 1
+			r.alpha *= math.Pow(c.AlphaG, float64(k))
+			r.alphaAt += k * p
+		}
+	}
+	if !r.cut {
+		return
+	}
+	for r.active && now >= r.timerAt {
+		r.timerAt += int64(c.TimeReset)
+		r.tCount++
+		r.increase()
+	}
+}
+
+// increase is one rate-increase event (a timer or byte-counter expiry):
+// fast recovery while both counts are below Threshold, hyper increase
+// once both are above it, additive increase in between; the current
+// rate then moves halfway to the target.
+func (r *rateLimiter) increase() {
+	c := r.cfg
+	f := c.Threshold
+	switch {
+	case max(r.tCount, r.bCount) < f:
+	case min(r.tCount, r.bCount) > f:
+		r.rt += float64(min(r.tCount, r.bCount)-f) * c.HAIRate
+	default:
+		r.rt += c.AIRate
+	}
+	r.rt = min(r.rt, c.MaxRate)
+	r.rc = (r.rt + r.rc) / 2
+	if r.rc >= c.MaxRate*(1-1e-9) {
+		// Recovered: the limiter switches off until the next CNP.
+		r.active = false
+		r.rc, r.rt = c.MaxRate, c.MaxRate
+	}
+}
+
+// admit reports whether the requester may send a packet of n bytes at
+// now, and if so charges it (tokens and the byte counter). A QP without
+// an active limiter is always admitted.
+func (r *rateLimiter) admit(now int64, n int) bool {
+	if !r.active {
+		return true
+	}
+	r.advance(now)
+	if !r.active {
+		return true
+	}
+	r.refill(now)
+	if r.tokens < 0 {
+		return false
+	}
+	r.tokens -= float64(n)
+	if br := r.cfg.ByteReset; br > 0 {
+		r.bytes += n
+		for r.active && r.bytes >= br {
+			r.bytes -= br
+			r.bCount++
+			r.increase()
+		}
+	}
+	return true
+}
+
+// refill adds the tokens earned at the current rate since the last
+// refill, up to Burst.
+func (r *rateLimiter) refill(now int64) {
+	if d := now - r.tokAt; d > 0 {
+		r.tokens = min(r.tokens+float64(d)*r.rc/8e9, float64(r.cfg.Burst))
+		r.tokAt = now
+	}
+}
+
+// deadline is when a throttled requester may send again (0: it is not
+// throttled): when the token debt is paid at the current rate.
+func (r *rateLimiter) deadline() int64 {
+	if !r.active || r.tokens >= 0 {
+		return 0
+	}
+	return r.tokAt + int64(math.Ceil(-r.tokens*8e9/r.rc))
+}
+
+// ccState returns the QP's congestion state, making it on first use
+// (mu held).
+func (q *QP) ccState() *congestion {
+	if q.cc == nil {
+		q.cc = &congestion{rp: rateLimiter{cfg: &q.dev.cfg.ECN}}
+	}
+	return q.cc
+}
+
+// onPacketClass is the notification point's look at a received packet
+// of the QP (mu held, in handle): CE on a connected QP's packet sends a
+// CNP to the peer QP, at most one per MinTimeBetweenCNPs.
+func (q *QP) onPacketClass(p *packet, now int64) {
+	if p.cls.tos&ecnMask != ecnCE || !q.dev.cfg.ECN.Enable || p.op == roce.CNP {
+		return
+	}
+	q.dev.stats.NPECNMarked.Inc()
+	if q.typ != verbs.QPTypeRC && q.typ != verbs.QPTypeUC {
+		return
+	}
+	if q.ccState().cnpDue(now, int64(q.dev.cfg.ECN.MinTimeBetweenCNPs)) {
+		q.sendCNP()
+	}
+}
+
+// cnpDue reports whether a CE mark at now sends a CNP: none was sent in
+// the last gap nanoseconds. If so it records now as the CNP's time.
+func (c *congestion) cnpDue(now, gap int64) bool {
+	if c.cnpSent && now-c.lastCNP < gap {
+		return false
+	}
+	c.cnpSent, c.lastCNP = true, now
+	return true
+}
+
+// sendCNP queues a CNP to the QP's peer on the response lane (mu held).
+func (q *QP) sendCNP() {
+	p, pay := q.newPacket(roce.CNP, 0, q.attr.DestQPN, roce.CNPPayloadSize, q.dst, false, false)
+	roce.BTH(p.buf[:roce.BTHSize]).SetBECN(true)
+	clear(pay)
+	q.finish(p)
+	q.respTx.add(q, p)
+	q.dev.stats.NPCNPSent.Inc()
+}
+
+// onCNP is the reaction point's CNP (mu held, in handle): it feeds the
+// QP's rate limiter, or is counted and dropped when ECN is off.
+func (q *QP) onCNP(now int64) {
+	if !q.dev.cfg.ECN.Enable || (q.typ != verbs.QPTypeRC && q.typ != verbs.QPTypeUC) {
+		q.dev.stats.RPCNPIgnored.Inc()
+		return
+	}
+	q.dev.stats.RPCNPHandled.Inc()
+	q.ccState().rp.onCNP(now)
+}
+
+// ccAdmit is the requester's gate before a packet of w (mu held): true
+// when the QP is not throttled, or it may send now; false leaves the
+// packet for the round after ccDeadline.
+func (q *QP) ccAdmit(w *sendWQE, now int64) bool {
+	if q.cc == nil || !q.cc.rp.active {
+		return true
+	}
+	n := roce.BTHSize + roce.ICRCSize
+	if w.opcode != verbs.WRRDMARead && !w.isReadAtomic() {
+		n += int(min(uint32(q.mtu), w.length-w.off))
+	}
+	return q.cc.rp.admit(now, n)
+}
+
+// ccDeadline is when a throttled requester may send again (0: none), one
+// of the QP's engine deadlines (QP.nextDeadline).
+func (q *QP) ccDeadline() int64 {
+	if q.cc == nil {
+		return 0
+	}
+	return q.cc.rp.deadline()
+}
+
+// providerECN is the congestion-signalling configuration of devices the
+// "rxe" verbs provider opens (verbs.Open), whose verbs.DeviceConfig has
+// no field for it: tools set it from their --ecn flag.
+var providerECN atomic.Pointer[ECNConfig]
+
+// SetProviderECN sets the ECN configuration of the devices verbs.Open
+// opens with the "rxe" provider from now on (rxe.Open takes Config.ECN
+// instead). A configuration Open would refuse is refused here.
+func SetProviderECN(c ECNConfig) error {
+	if err := c.withDefaults(); err != nil {
+		return err
+	}
+	providerECN.Store(&c)
+	return nil
+}
+
+// providerECNConfig returns what SetProviderECN set (zero: off).
+func providerECNConfig() ECNConfig {
+	if c := providerECN.Load(); c != nil {
+		return *c
+	}
+	return ECNConfig{}
+}
+
+// ECN returns the device's congestion-signalling configuration, defaults
+// filled in (Enable false: off).
+func (d *Device) ECN() ECNConfig { return d.cfg.ECN }

@@ -114,6 +114,14 @@ func (c *completer) complete(p *packet, now int64) {
 	}
 	switch {
 	case p.op.Is(roce.MaskPayload): // READ response
+		if w.opcode != verbs.WRRDMARead && !p.psn.Less(w.firstPSN) {
+			// A READ response to a request that was no READ: FATAL_ERR
+			// and the QP in error, as rxe_comp.c's check_ack.
+			q.dev.stats.BadResp.Inc()
+			q.req.done(w, verbs.WCFatalErr)
+			q.fail(verbs.EventQPFatal)
+			return
+		}
 		if w.opcode != verbs.WRRDMARead || p.psn.Less(w.firstPSN) {
 			q.dev.stats.BadResp.Inc()
 			return
@@ -205,8 +213,8 @@ func (c *completer) complete(p *packet, now int64) {
 			case roce.NAKRemoteOpError:
 				q.req.done(w, verbs.WCRemOpErr)
 				q.fail(verbs.EventQPFatal)
-			default:
-				q.req.done(w, verbs.WCBadRespErr)
+			default: // a reserved NAK code: REM_OP_ERR, as rxe_comp.c
+				q.req.done(w, verbs.WCRemOpErr)
 				q.fail(verbs.EventQPFatal)
 			}
 		default:

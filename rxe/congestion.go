@@ -285,6 +285,7 @@ type rateLimiter struct {
 
 	// Statistics for tests and introspection.
 	cuts    int
+	held    int     // sends admit refused (the requester waited)
 	minRate float64 // lowest rc since activation
 }
 
@@ -396,6 +397,7 @@ func (r *rateLimiter) admit(now int64, n int) bool {
 	}
 	r.refill(now)
 	if r.tokens < 0 {
+		r.held++
 		return false
 	}
 	r.tokens -= float64(n)

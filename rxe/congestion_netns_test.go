@@ -1,0 +1,214 @@
+//go:build linux
+
+package rxe_test
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"softib/internal/netns"
+	"softib/internal/testenv"
+	"softib/internal/tsharktest"
+	"softib/rxe"
+	"softib/verbs"
+)
+
+// ceMarkRules marks pct% of the ECT(0) RoCEv2 packets a namespace sends
+// CE (nftables: this kernel has neither sch_netem nor sch_red, whose ecn
+// options would do it on a queue), as a congested router's AQM does.
+func ceMarkRules(pct float64) string {
+	return fmt.Sprintf("table ip softib_ecn {\n chain out {\n  type filter hook output priority 0; policy accept;\n"+
+		"  udp dport 4791 ip ecn ect0 numgen random mod 1000000 < %d counter ip ecn set ce\n }\n}\n", int(pct*10000))
+}
+
+// nsCapture runs dumpcap inside a namespace on its link.
+type nsCapture struct {
+	path string
+	stop func()
+}
+
+func startNSCapture(t *testing.T, n *netns.Node) *nsCapture {
+	t.Helper()
+	testenv.RequireTool(t, "tshark")
+	testenv.RequireTool(t, "dumpcap")
+	path := filepath.Join(t.TempDir(), "ecn.pcap")
+	f, err := os.Create(path) // dumpcap (run as root) writes into it
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	cmd := n.Command("dumpcap", "-q", "-i", n.Dev, "-P", "-B", "64", "-s", "128", "-f", "udp port 4791", "-w", path)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// dumpcap writes the pcap header when the capture is live; hang
+	// guard 20 s.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if st, err := os.Stat(path); err == nil && st.Size() >= 24 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("hang guard: dumpcap did not start: %s", stderr.String())
+		}
+	}
+	c := &nsCapture{path: path}
+	stopped := false
+	c.stop = func() {
+		if !stopped {
+			stopped = true
+			cmd.Process.Signal(syscall.SIGINT)
+			cmd.Wait()
+		}
+	}
+	t.Cleanup(c.stop)
+	return c
+}
+
+// TestNetnsECN: softib to softib across a veth between two namespaces,
+// with A's RoCEv2 packets CE-marked on the way (2%, nftables) and ECN on
+// at both ends. B counts the marks and sends CNPs; A's QP handles them
+// and its DCQCN limiter cuts the rate; with the marking removed, A's rate
+// recovers as it sends. On the wire (dumpcap in B's namespace, decoded by
+// tshark) A's packets carry ECT(0) or CE, B's ECT(0), and B's CNPs are
+// opcode 129 to A's QP.
+func TestNetnsECN(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireTool(t, "nft")
+	p := netns.NewPair(t, netns.PairConfig{NoIPv6: true})
+	// A reacts with the DCQCN paper's byte counter and timer (10 MB,
+	// 55 us) rather than mlx5's 32 KiB, 300 us: at a software device's
+	// rates mlx5's byte counter recovers the rate between two CNPs.
+	ecnA := rxe.ECNConfig{Enable: true, MinRate: 100e6, MaxRate: 20e9, ByteReset: 10 << 20, TimeReset: 55 * time.Microsecond}
+	open := func(n *netns.Node, ecn rxe.ECNConfig) *rxe.Device {
+		var d verbs.Device
+		if err := n.Do(func() (err error) {
+			d, err = rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: n.Addr, NetMTU: n.MTU, FixedSourcePort: true}, ECN: ecn})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		return d.(*rxe.Device)
+	}
+	da, db := open(p.A, ecnA), open(p.B, rxe.ECNConfig{Enable: true})
+	a, b := newEnd(t, da, verbs.QPTypeRC, 8<<20), newEnd(t, db, verbs.QPTypeRC, 8<<20)
+	o := connOpts{timeout: 14, retry: 7, rnrRetry: 7}
+	connect(t, a, b, o)
+	connect(t, b, a, o)
+	capt := startNSCapture(t, p.B)
+
+	const chunk = 64 << 10
+	fill(a.buf, 21)
+	// send writes total bytes from a to b, 16 WRITEs in flight, and
+	// returns how long it took.
+	send := func(total int) time.Duration {
+		start := time.Now()
+		for done := 0; done < total; done += 16 * chunk {
+			var wrs []verbs.SendWR
+			for i := range 16 {
+				off := (done + i*chunk) % (8 << 20)
+				wrs = append(wrs, verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+					SGL: []verbs.SGE{a.mr.SGE(off, chunk)}, RemoteAddr: b.mr.Addr() + uint64(off), RKey: b.mr.RKey()})
+			}
+			post(t, a, wrs...)
+			for _, wc := range waitWC(t, a.cq, 16) {
+				if wc.Status != verbs.WCSuccess {
+					t.Fatalf("completion %+v", wc)
+				}
+			}
+		}
+		return time.Since(start)
+	}
+
+	// Phase 1: the path marks.
+	if err := runIn(p.A, ceMarkRules(5)); err != nil {
+		t.Fatalf("nft: %v", err)
+	}
+	const total = 8 << 20
+	d1 := send(total)
+	as, bs := rxe.CQDeviceStats(a.cq), rxe.CQDeviceStats(b.cq)
+	active1, rate1, minRate, cuts, held := rxe.QPRateHeld(a.qp)
+	t.Logf("marked: %d MiB in %v (%.0f Mb/s); B: %d CE-marked, %d CNPs sent; A: %d CNPs handled, %d cuts, lowest rate %.3g b/s, now %.3g (active %v), %d sends held back",
+		total>>20, d1, float64(total)*8/d1.Seconds()/1e6, bs["NPECNMarked"], bs["NPCNPSent"], as["RPCNPHandled"], cuts, minRate, rate1, active1, held)
+	if bs["NPECNMarked"] == 0 || bs["NPCNPSent"] == 0 || as["RPCNPHandled"] == 0 || as["RPCNPHandled"] > bs["NPCNPSent"] {
+		t.Fatalf("counters: B %d marked, %d CNPs sent; A %d handled", bs["NPECNMarked"], bs["NPCNPSent"], as["RPCNPHandled"])
+	}
+	if cuts == 0 || minRate >= ecnA.MaxRate/2 || held == 0 {
+		t.Fatalf("A's rate not reduced: %d cuts, lowest %.3g b/s, %d sends held back", cuts, minRate, held)
+	}
+	if as["NPCNPSent"] != 0 || bs["RPCNPHandled"] != 0 || as["RPCNPIgnored"]+bs["RPCNPIgnored"] != 0 {
+		t.Fatalf("CNPs the wrong way: A %v / B %v", as, bs)
+	}
+
+	// Phase 2: the marking stops; every ByteReset bytes A sends raises
+	// its rate (byte-counter expiries, no clock involved), until the
+	// limiter switches off at MaxRate.
+	if err := runIn(p.A, "delete table ip softib_ecn\n"); err != nil {
+		t.Fatal(err)
+	}
+	d2 := send(total)
+	active2, rate2, _, _ := rxe.QPRate(a.qp)
+	t.Logf("unmarked: %d MiB in %v (%.0f Mb/s); A's rate %.3g b/s (active %v)", total>>20, d2, float64(total)*8/d2.Seconds()/1e6, rate2, active2)
+	if active2 && rate2 <= minRate {
+		t.Fatalf("A's rate did not recover: %.3g b/s (lowest %.3g)", rate2, minRate)
+	}
+	b.sync()
+	if !bytes.Equal(b.buf[:8<<20], a.buf[:8<<20]) {
+		t.Fatal("data differs")
+	}
+
+	// The wire, as tshark decodes it.
+	capt.stop()
+	rows := tsharktest.Fields(t, capt.path, []string{"ip.src", "ip.dsfield.ecn", "infiniband.bth.opcode", "infiniband.bth.destqp"}, "-Y", "infiniband")
+	var fromA, ceA, fromB, cnps int
+	for _, r := range rows {
+		src, ecn, op := r[0], r[1], r[2]
+		switch netip.MustParseAddr(src) {
+		case p.A.Addr:
+			fromA++
+			switch ecn {
+			case "2":
+			case "3":
+				ceA++
+			default:
+				t.Fatalf("A's packet with ECN %s: %q", ecn, r)
+			}
+		case p.B.Addr:
+			fromB++
+			if ecn != "2" {
+				t.Fatalf("B's packet with ECN %s: %q", ecn, r)
+			}
+			if op == "129" {
+				cnps++
+				if want := fmt.Sprintf("0x%06x", a.qp.QPN()); r[3] != want {
+					t.Fatalf("CNP to %s, want A's QP %s", r[3], want)
+				}
+			}
+		}
+	}
+	t.Logf("capture: %d packets from A (%d CE), %d from B (%d CNPs)", fromA, ceA, fromB, cnps)
+	if ceA == 0 || cnps == 0 || uint64(cnps) > bs["NPCNPSent"] {
+		t.Fatalf("capture: %d CE-marked packets from A, %d CNPs from B (B counted %d)", ceA, cnps, bs["NPCNPSent"])
+	}
+}
+
+// runIn loads an nftables script in n's namespace.
+func runIn(n *netns.Node, script string) error {
+	cmd := n.Command("nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(script)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%v: %s", err, out)
+	}
+	return nil
+}

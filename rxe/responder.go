@@ -129,7 +129,9 @@ func (r *responder) takeRWQE() (ok bool, st verbs.WCStatus) {
 	}
 	r.haveRWQE = true
 	r.rlen = 0
-	st = q.resolve(r.rwqe.sgl, &r.rsegs, true)
+	if q.resolve(r.rwqe.sgl, &r.rsegs, true) != verbs.WCSuccess {
+		st = verbs.WCLocQPOpErr // a malformed WQE, as rxe_resp.c reports it
+	}
 	r.rcap = segsLen(r.rsegs)
 	return true, st
 }
@@ -380,8 +382,10 @@ func (r *responder) execute(p *packet) (nakKind, int) {
 			}
 		}
 		if r.rlen+p.pay > r.rcap {
-			r.completeRecv(&verbs.WC{Status: verbs.WCLocLenErr, Opcode: verbs.WCRecv}, false)
-			return nakRemOp, 0
+			// Too long for the receive WQE: an invalid request (class
+			// C) with REM_INV_REQ_ERR on both sides, as rxe_resp.c.
+			r.completeRecv(&verbs.WC{Status: verbs.WCRemInvReqErr, Opcode: verbs.WCRecv}, false)
+			return nakInvReq, 0
 		}
 		copyIn(r.rsegs, r.rlen, p.payload())
 		r.rlen += p.pay

@@ -139,6 +139,7 @@ func (q *QP) process() bool {
 		in[i] = nil
 	}
 	q.inSpare = in[:0]
+	q.roundIn = len(in)
 	q.resp.flushAck() // one ACK for the round's requests (sched.go)
 	q.checkTimers(now)
 	// Pop what the inbound packets finished first: fences, local

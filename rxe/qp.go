@@ -53,6 +53,7 @@ type QP struct {
 	woke     bool           // guarded by mu; this round's completions notified a channel
 	hdue     uint8          // guarded by mu; CQ handlers due (hdueSend, hdueRecv) once mu is released
 	pushed   bool           // guarded by mu; this round pushed a completion
+	roundIn  int            // guarded by mu; inbound packets this round handled
 	respDue  int64          // guarded by mu; deferred responses must go by then (0: none)
 	listed   bool           // guarded by Device.defMu; in Device.deferred
 	txMsgs   []udp.Message  // guarded by reqTx.mu and respTx.mu together; sendBoth's vector

@@ -156,25 +156,26 @@ func TestResponderAckCoalescing(t *testing.T) {
 // TestACKPolicy: the decision table of sched.go's ACK policy.
 func TestACKPolicy(t *testing.T) {
 	for _, c := range []struct {
-		by                 sendMode
-		hdue               uint8
-		woke, pushed, resp bool
-		want               respHold
+		by                       sendMode
+		hdue                     uint8
+		woke, pushed, resp, lone bool
+		want                     respHold
 	}{
-		{byApp, 0, false, false, true, holdNone},
-		{byApp, 0, true, true, true, holdNone}, // the poster is the application
-		{byApp, hdueRecv, false, true, true, holdHandlers},
-		{byDevice, hdueSend, true, true, true, holdHandlers},
-		{byDevice, 0, true, true, true, holdYield},
-		{byDevice, 0, true, true, false, holdYield}, // the reader gets the CPU either way
-		{byDevice, 0, false, true, true, holdNone},
-		{byPoller, 0, false, true, true, holdPoller},
-		{byPoller, 0, false, true, false, holdNone},
-		{byPoller, 0, true, false, true, holdNone}, // no completion: nobody will reply
-		{byPoller, hdueSend, false, true, true, holdHandlers},
+		{byApp, 0, false, false, true, true, holdNone},
+		{byApp, 0, true, true, true, true, holdNone}, // the poster is the application
+		{byApp, hdueRecv, false, true, true, false, holdHandlers},
+		{byDevice, hdueSend, true, true, true, false, holdHandlers},
+		{byDevice, 0, true, true, true, true, holdYield},
+		{byDevice, 0, true, true, false, true, holdYield}, // the reader gets the CPU either way
+		{byDevice, 0, true, true, true, false, holdNone},  // a stream: no yield
+		{byDevice, 0, false, true, true, true, holdNone},
+		{byPoller, 0, false, true, true, false, holdPoller},
+		{byPoller, 0, false, true, false, true, holdNone},
+		{byPoller, 0, true, false, true, true, holdNone}, // no completion: nobody will reply
+		{byPoller, hdueSend, false, true, true, true, holdHandlers},
 	} {
-		if got := holdFor(c.by, c.hdue, c.woke, c.pushed, c.resp); got != c.want {
-			t.Errorf("holdFor(%d, %d, woke %v, pushed %v, resp %v) = %d, want %d", c.by, c.hdue, c.woke, c.pushed, c.resp, got, c.want)
+		if got := holdFor(c.by, c.hdue, c.woke, c.pushed, c.resp, c.lone); got != c.want {
+			t.Errorf("holdFor(%d, %d, woke %v, pushed %v, resp %v, lone %v) = %d, want %d", c.by, c.hdue, c.woke, c.pushed, c.resp, c.lone, got, c.want)
 		}
 	}
 }

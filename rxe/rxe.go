@@ -161,8 +161,12 @@ const (
 	// inlineRxBatch: the receive goroutine handles a packet on its own
 	// (when the QP is idle) if ReadBatch returned at most this many
 	// datagrams or all of them are for one QP; bigger batches for
-	// several QPs go to the QP loops for parallelism.
-	inlineRxBatch = 4
+	// several QPs would go to the QP loops. By default every batch is
+	// processed inline: the receive shards spread QPs over the cores,
+	// and a hand-off to a QP loop costs a goroutine wakeup and its wait
+	// in the run queue per QP and batch (o2iblnd with conns_per_peer 4:
+	// most of the runnable time in a runtime trace was there).
+	inlineRxBatch = udp.MaxBatchSize
 	// pollRxAfter is Config.PollRxAfter's default.
 	pollRxAfter = 4
 	// procBudget bounds the packets one processing round generates before
@@ -202,8 +206,9 @@ type Config struct {
 	AdvertiseCredits bool
 	// InlineRx is the largest receive batch for several QPs that the
 	// receive goroutine processes itself instead of handing packets to
-	// the QP loops (default 4; negative means never). A batch for a
-	// single QP is always processed inline unless InlineRx is negative.
+	// the QP loops (default: every batch; negative means never). A
+	// batch for a single QP is always processed inline unless InlineRx
+	// is negative.
 	InlineRx int
 	// PollRxAfter is the number of empty Polls of one CQ in a row (an
 	// application spinning on Poll) after which Poll receives from the

@@ -39,12 +39,20 @@ import (
 //     released, and sends the responses afterwards, or with the
 //     handler's own post if it posted (the event-driven ping-pong).
 //     2. holdYield: a device goroutine (a shard's receive goroutine, the
-//     QP's run loop) woke a channel reader: it yields the CPU once
-//     before sending, so that the woken application's post carries the
-//     responses (the Go scheduler otherwise runs the reader only after
-//     the sendmmsg and the next empty recvmmsg: a median 7 µs per
-//     message, measured). They go out when the goroutine runs again,
-//     whether the reader posted or not.
+//     QP's run loop) woke a channel reader with a round of one inbound
+//     packet (a request, or a response, that the application is
+//     waiting to answer): it yields the CPU once before sending, so that
+//     the woken application's post carries the responses (the Go
+//     scheduler otherwise runs the reader only after the sendmmsg and
+//     the next empty recvmmsg: a median 7 µs per message, measured).
+//     They go out when the goroutine runs again, whether the reader
+//     posted or not. A round of several packets (a stream) sends at
+//     once: runtime.Gosched puts the goroutine on the global run queue,
+//     behind every runnable goroutine of the process, and a shard's
+//     receive goroutine that yields for each QP of a batch stalls the
+//     others (o2iblnd with conns_per_peer 4: a third of the wall time
+//     spent runnable there, measured with the scheduler-latency profile
+//     of a runtime trace).
 //     3. holdPoller: a CQ poller holding a receive token (busypoll.go) is
 //     the application itself and returns to it at once: the responses
 //     stay queued for its next post on the QP, its next empty Poll or
@@ -87,12 +95,13 @@ const (
 
 // holdFor decides a round's respHold (the policy above) from who ran it
 // and what it did: hdue (handlers due), woke (a channel reader woken),
-// pushed (a completion pushed), resp (responses queued).
-func holdFor(by sendMode, hdue uint8, woke, pushed, resp bool) respHold {
+// pushed (a completion pushed), resp (responses queued), lone (it
+// handled at most one inbound packet).
+func holdFor(by sendMode, hdue uint8, woke, pushed, resp, lone bool) respHold {
 	switch {
 	case hdue != 0:
 		return holdHandlers
-	case by == byDevice && woke:
+	case by == byDevice && woke && lone:
 		return holdYield
 	case by == byPoller && pushed && resp:
 		return holdPoller
@@ -104,9 +113,9 @@ func holdFor(by sendMode, hdue uint8, woke, pushed, resp bool) respHold {
 // (mu held on entry), as the ACK policy above decides.
 func (q *QP) unlockAndSend(by sendMode) {
 	q.resp.flushAck() // a round that ran no inbound packets may still owe one
-	pushed, woke, due := q.pushed, q.woke, q.hdue
-	q.pushed, q.woke = false, false
-	switch holdFor(by, due, woke, pushed, len(q.respTx.cur.pkts) > 0) {
+	pushed, woke, due, lone := q.pushed, q.woke, q.hdue, q.roundIn <= 1
+	q.pushed, q.woke, q.roundIn = false, false, 0
+	switch holdFor(by, due, woke, pushed, len(q.respTx.cur.pkts) > 0, lone) {
 	case holdHandlers:
 		q.hdue = 0
 		req := q.reqTx.take()

@@ -365,6 +365,34 @@ type SRQInitAttr struct {
 }
 
 // EventType is the type of an asynchronous event (ibv_event_type).
+//
+// Which providers raise which events (issue #15's audit; softib's rxe
+// provokes each one it raises in rxe's TestEventStatusAudit):
+//
+//	event                softib rxe raises it when               Linux 6.1 rxe
+//	CQ_ERR               a CQ overruns                           yes (rxe_cq_post)
+//	QP_FATAL             a requester error fails the QP (error   no: rxe_qp_error raises
+//	                     NAK, retries exhausted, failed local    nothing; softib follows
+//	                     operation, FATAL_ERR), a malformed      IBA's affiliated errors
+//	                     receive WQE
+//	QP_REQ_ERR           the responder NAKs an invalid request   no (as QP_FATAL)
+//	QP_ACCESS_ERR        the responder NAKs a remote access      no (as QP_FATAL)
+//	COMM_EST             a QP in RTR receives its first request  no
+//	SQ_DRAINED           an SQD QP (EnSQDAsyncNotify) has sent   yes (rxe_comp.c)
+//	                     everything
+//	PORT_ACTIVE          the device opens                        yes (netdev up)
+//	PORT_ERR             its socket fails under it               yes (netdev down)
+//	SRQ_LIMIT_REACHED    an armed SRQ drops below its limit      yes (rxe_resp.c)
+//	QP_LAST_WQE_REACHED  a QP on an SRQ enters ERR               no (later kernels do)
+//	GID_CHANGE           never: a device's GIDs are fixed        via ib_core's GID cache
+//	DEVICE_FATAL         never: only its owner closes a device   via uverbs on removal
+//	PATH_MIG, PATH_MIG_ERR, SRQ_ERR, LID_CHANGE, PKEY_CHANGE, SM_CHANGE,
+//	CLIENT_REREGISTER    never (no path migration; InfiniBand    no
+//	                     link layer and hardware events)
+//
+// The values no softib path raises stay declared because the ibverbs
+// provider hands on a kernel device's events by number, and a hardware
+// device (or ib_core, for GID_CHANGE and DEVICE_FATAL) raises them.
 type EventType uint8
 
 // Asynchronous event types, numbered as ibv_event_type.

@@ -155,6 +155,35 @@ func (f SendFlags) String() string {
 
 // WCStatus is the status of a work completion (IBTA Vol 1 §11.4.2.1),
 // numbered as ibv_wc_status.
+//
+// Which providers report which statuses (issue #15's audit; softib's rxe
+// provokes each one it reports in rxe's TestEventStatusAudit and, for
+// FATAL_ERR, TestCompleterFatalResponses):
+//
+//	status              softib rxe reports it for                 Linux 6.1 rxe
+//	SUCCESS             every completed work request              yes
+//	LOC_LEN_ERR         a UD message longer than the receive      no: drops it (class D)
+//	LOC_QP_OP_ERR       failed LOCAL_INV or REG_MR; a receive     yes (rxe_req.c local
+//	                    WQE naming no usable memory               ops, MALFORMED_WQE)
+//	LOC_PROT_ERR        an SGE's lkey, range or rights fail       yes (rxe_req/comp.c)
+//	WR_FLUSH_ERR        work requests flushed by ERR              yes
+//	MW_BIND_ERR         a failed memory window bind               yes (rxe_mw.c)
+//	REM_INV_REQ_ERR     an invalid-request NAK; a SEND longer     yes (class C)
+//	                    than its receive WQE (both sides)
+//	REM_ACCESS_ERR      a remote-access NAK                       yes
+//	REM_OP_ERR          a remote-operation NAK, or a NAK with a   yes
+//	                    reserved code
+//	RETRY_EXC_ERR       the transport retries are exhausted       yes
+//	RNR_RETRY_EXC_ERR   the RNR retries are exhausted             yes
+//	FATAL_ERR           a READ response to a request that was     yes (rxe_comp.c)
+//	                    no READ
+//	BAD_RESP_ERR, LOC_ACCESS_ERR, REM_ABORT_ERR, RESP_TIMEOUT_ERR,
+//	GENERAL_ERR         never                                     no (hardware does)
+//	LOC_EEC_OP_ERR, LOC_RDD_VIOL_ERR, REM_INV_RD_REQ_ERR, INV_EECN_ERR,
+//	INV_EEC_STATE_ERR   never: reliable datagram                  no
+//
+// The values no softib path reports stay declared because the ibverbs
+// provider hands on a kernel device's completions by number.
 type WCStatus uint8
 
 // Work completion statuses.

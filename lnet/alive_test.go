@@ -90,6 +90,7 @@ func TestPeerQuery(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer in.Close()
+	in.SetDiscovery(false) // the fake LND answers no discovery ping: the PUTs go at once
 	eq, _ := in.EQAlloc(8, nil)
 	if err := putStatus(t, in, eq, peer); err != nil { // creates the peer
 		t.Fatal(err)

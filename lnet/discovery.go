@@ -47,6 +47,8 @@ type DiscoveryStats struct {
 	PushesFailed   uint64 // pushes not acknowledged
 	PushesReceived uint64 // pushes peers sent us, merged
 	PushesDropped  uint64 // pushes not understood or not allowed
+	RoundsOnSend   uint64 // rounds started for a held message (discovery on first send)
+	MsgsHeld       uint64 // messages that waited for a discovery round
 }
 
 // DiscoverResult is what `lnetctl discover NID` prints for one NID.
@@ -206,6 +208,7 @@ func (in *Instance) discover(ctx context.Context, nid lnetwire.NID, force bool) 
 		}
 		w := make(chan struct{})
 		lp.disc().wait = w
+		lp.disc().queued = false
 		lp.state = lp.state&^(PeerNIDsUptodate|PeerPingFailed|PeerPushFailed) | PeerDiscovering | PeerPingSent
 		if force {
 			lp.state |= PeerForcePing | PeerForcePush
@@ -219,12 +222,14 @@ func (in *Instance) discover(ctx context.Context, nid lnetwire.NID, force bool) 
 		in.disc.stats.Rounds++
 		// The merge may have moved nid to another peer: the round's
 		// outcome goes on the peer that owns nid now, and the waiters
-		// of the old one are released.
+		// and held messages of the old one are released.
 		cur := in.lpeerLocked(nid)
+		var held msgQueue
 		for _, x := range []*lpeer{lp, cur} {
 			if x == nil {
 				continue
 			}
+			x.takeHeldLocked(&held)
 			x.state &^= PeerDiscovering | PeerPingSent | PeerPushSent | PeerForcePing | PeerForcePush
 			x.disc().err = err
 			if err == nil {
@@ -237,11 +242,140 @@ func (in *Instance) discover(ctx context.Context, nid lnetwire.NID, force bool) 
 			close(w)
 		}
 		r := in.discResultLocked(nid)
-		in.mu.Unlock()
 		if err != nil {
-			return r, fmt.Errorf("discover %v: %w", nid, err)
+			err = fmt.Errorf("discover %v: %w", nid, err)
 		}
-		return r, nil
+		// The held messages go (or fail) before the lock is let go, so
+		// none sent after the round overtakes them.
+		ps := in.releaseHeldLocked(&held, err)
+		in.mu.Unlock()
+		runSends(in, ps)
+		return r, err
+	}
+}
+
+// uptodate is lnet_peer_is_uptodate_locked without its push check (our
+// buffer reaches Multi-Rail peers through pushAfterChangeLocked):
+// discovered, NIDs up to date, nothing running, forced or to redo.
+func (lp *lpeer) uptodate() bool {
+	const busy = PeerDiscovering | PeerForcePing | PeerForcePush | PeerRediscover
+	return lp.state&busy == 0 && lp.state&(PeerDiscovered|PeerNIDsUptodate) == PeerDiscovered|PeerNIDsUptodate
+}
+
+// gwDiscoveryLocked is lnet_peer_gw_discovery: the router checker is
+// pinging one of lp's NIDs as a gateway (softib's router checker pings
+// where Lustre's discovers, LNET_PEER_RTR_DISCOVERY), so messages to it
+// do not wait for a discovery of their own.
+func (in *Instance) gwDiscoveryLocked(lp *lpeer) bool {
+	if len(in.routes.gateways) == 0 {
+		return false
+	}
+	pinging := false
+	lp.eachNI(func(p *peer) {
+		if gw := in.routes.gateways[p.nid]; gw != nil && gw.pinging {
+			pinging = true
+		}
+	})
+	return pinging
+}
+
+// holdForDiscoveryLocked is lnet_initiate_peer_discovery with
+// lnet_peer_queue_message: a PUT or GET to a peer that is not up to date
+// waits on the peer's pending queue (lp_dc_pendq) while the peer is
+// discovered; a round is started unless one runs or is about to. When the
+// round ends the message is sent with the peer's NIDs known (selection
+// runs then), or finalized with the round's error
+// (lnet_peer_discovery_complete). Responses and the reserved portal's
+// ping and push traffic never wait (lnet_msg_discovery: discovery needs
+// them), nor do forwarded messages, recovery pings, messages to a
+// gateway the router checker is pinging, or anything while discovery is
+// off (softib then sends no discovery ping at all, where the kernel still
+// pings a new peer once).
+func (in *Instance) holdForDiscoveryLocked(m *message) bool {
+	if in.disc.off || in.closed || m.routing || m.recovery || isResponse(m) || reservedMsg(m) {
+		return false
+	}
+	dst := m.Hdr.DestNID
+	if dst == lnetwire.NIDLo0 || dst == lnetwire.NIDAny || in.byNID[dst] != nil || in.rc.ctx.Err() != nil {
+		return false
+	}
+	lp := in.peerTrafficAddLocked(dst).lp
+	if lp == nil || lp.uptodate() || in.gwDiscoveryLocked(lp) {
+		return false
+	}
+	dc := lp.disc()
+	dc.pendq.push(m)
+	in.disc.stats.MsgsHeld++
+	if dc.wait != nil || dc.queued {
+		return true // the running (or starting) round releases it
+	}
+	dc.queued = true
+	in.disc.stats.RoundsOnSend++
+	in.rc.wg.Add(1)
+	go in.discoverHeld(lp, dst)
+	return true
+}
+
+// discoverHeld runs the discovery round a held message started. A round
+// that ran on lp released lp's queue; one that did not (the instance
+// closed, discovery was turned off, or nid had moved to another peer
+// whose round released that peer's queue instead) leaves lp queued: its
+// messages are sent again (or failed with the error) here.
+func (in *Instance) discoverHeld(lp *lpeer, nid lnetwire.NID) {
+	defer in.rc.wg.Done()
+	_, err := in.discover(in.rc.ctx, nid, false)
+	if err != nil {
+		in.log.Debug("lnet: discovery on send failed", "nid", nid, "err", err)
+	}
+	in.mu.Lock()
+	var ps []pending
+	if dc := lp.disc(); dc.queued {
+		dc.queued = false
+		var held msgQueue
+		lp.takeHeldLocked(&held)
+		ps = in.releaseHeldLocked(&held, err)
+	}
+	in.mu.Unlock()
+	runSends(in, ps)
+}
+
+// takeHeldLocked moves lp's held messages to q, in order.
+func (lp *lpeer) takeHeldLocked(q *msgQueue) {
+	if lp.dc == nil {
+		return
+	}
+	for m := lp.dc.pendq.pop(); m != nil; m = lp.dc.pendq.pop() {
+		q.push(m)
+	}
+}
+
+// releaseHeldLocked is the resend half of lnet_peer_discovery_complete:
+// with dcErr nil each held message goes through sendLocked again, in
+// order (selection now sees the peer's NIDs; a message whose NID moved
+// to a peer that is not up to date waits again); else each is failed
+// with dcErr, without resends. The caller acts on the results after
+// unlocking (runSends).
+func (in *Instance) releaseHeldLocked(q *msgQueue, dcErr error) []pending {
+	var out []pending
+	for m := q.pop(); m != nil; m = q.pop() {
+		if dcErr != nil {
+			m.noResend = true
+			out = append(out, pending{m: m, r: sendFail, err: dcErr})
+			continue
+		}
+		r, err := in.sendLocked(m, m.srcParam)
+		if err == nil && m.hasEvent && m.ev.Type == EventSend && m.Hdr.SrcNID != 0 {
+			m.ev.Initiator.NID = m.Hdr.SrcNID // as Put and Get record it
+		}
+		out = append(out, pending{m: m, r: r, err: err})
+	}
+	return out
+}
+
+// runSends acts on releaseHeldLocked's results, without the lock.
+func runSends(in *Instance, ps []pending) {
+	for _, p := range ps {
+		in.afterSend(p.m, p.r, p.err)
 	}
 }
 

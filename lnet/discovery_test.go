@@ -18,8 +18,8 @@ import (
 // discovery.
 func discoveryPair(t *testing.T) (a, b *lnet.Instance, nidB2 lnetwire.NID) {
 	n := lndtest.New(lnetwire.SOCKLND)
-	a = newInstance(t, n, nidA, lnd.Tunables{})
-	b = newInstance(t, n, nidB, lnd.Tunables{})
+	a = newDiscInstance(t, n, nidA, lnd.Tunables{})
+	b = newDiscInstance(t, n, nidB, lnd.Tunables{})
 	nidB2 = lnetwire.MustParseNID("10.0.1.2@tcp1")
 	if err := b.AddNet(lnet.NetConfig{Net: nidB2.Net(), Addr: nidB2.Addr()}); err != nil {
 		t.Fatal(err)
@@ -181,8 +181,8 @@ func TestPushFromNonMRDropped(t *testing.T) {
 func TestMRInitiatorIsPrimary(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := lndtest.New(lnetwire.SOCKLND)
-		a := newInstance(t, n, nidA, lnd.Tunables{})
-		b := newInstance(t, n, nidB, lnd.Tunables{})
+		a := newDiscInstance(t, n, nidA, lnd.Tunables{})
+		b := newDiscInstance(t, n, nidB, lnd.Tunables{})
 		nidA2, nidB2 := lnetwire.MustParseNID("10.0.1.1@tcp1"), lnetwire.MustParseNID("10.0.1.2@tcp1")
 		if err := a.AddNet(lnet.NetConfig{Net: nidA2.Net(), Addr: nidA2.Addr()}); err != nil {
 			t.Fatal(err)
@@ -227,10 +227,10 @@ func TestMRInitiatorIsPrimary(t *testing.T) {
 func TestMRMatchSecondaryNID(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := lndtest.New(lnetwire.SOCKLND)
-		a := newInstance(t, n, nidA, lnd.Tunables{})
-		b := newInstance(t, n, nidB, lnd.Tunables{})
+		a := newDiscInstance(t, n, nidA, lnd.Tunables{})
+		b := newDiscInstance(t, n, nidB, lnd.Tunables{})
 		nidC := lnetwire.MustParseNID("10.0.0.3@tcp")
-		newInstance(t, n, nidC, lnd.Tunables{})
+		newDiscInstance(t, n, nidC, lnd.Tunables{})
 		nidA2, nidB2 := lnetwire.MustParseNID("10.0.1.1@tcp1"), lnetwire.MustParseNID("10.0.1.2@tcp1")
 		if err := a.AddNet(lnet.NetConfig{Net: nidA2.Net(), Addr: nidA2.Addr()}); err != nil {
 			t.Fatal(err)

@@ -64,7 +64,13 @@
 // Globals.TransactionTimeout on their MD; if the ACK or REPLY has not come
 // by then the MD is unlinked and, when idle, reports an UNLINK event with
 // Status ErrTimeout (Globals.ResponseTracking selects GET, PUT, both or
-// none).
+// none), and the health of the peer NI the request went to drops.
+//
+// Discovery (discovery.go): unless SetDiscovery(false), the first PUT or
+// GET to a peer that discovery has not brought up to date waits while the
+// peer is pinged (and pushed our NIDs, if Multi-Rail), then leaves with
+// the peer's NIDs known, or fails with the discovery error; responses and
+// the reserved portal's ping and push traffic never wait.
 //
 // Multi-Rail: a node may have several NIs on one net and on several nets;
 // a peer (AddPeer, discovery, or traffic) may have several NIDs

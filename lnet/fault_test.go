@@ -350,7 +350,7 @@ func TestFaultHealthError(t *testing.T) {
 func TestFaultHealthErrorResend(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := lndtest.New(lnetwire.SOCKLND)
-		a := newInstance(t, n, nidA, lnd.Tunables{})
+		a := newDiscInstance(t, n, nidA, lnd.Tunables{})
 		b := newInstance(t, n, nidB, lnd.Tunables{})
 		nidA2, nidB2 := lnetwire.MustParseNID("10.0.1.1@tcp1"), lnetwire.MustParseNID("10.0.1.2@tcp1")
 		if err := a.AddNet(lnet.NetConfig{Net: nidA2.Net(), Addr: nidA2.Addr()}); err != nil {

@@ -26,7 +26,19 @@ type pair struct {
 func (p *pair) idA() lnetwire.ProcessID { return lnetwire.ProcessID{NID: nidA, PID: p.a.PID()} }
 func (p *pair) idB() lnetwire.ProcessID { return lnetwire.ProcessID{NID: nidB, PID: p.b.PID()} }
 
+// newInstance starts an instance with one NI on n and discovery off:
+// the tests built on it check what one PUT or GET does, and with
+// discovery on a first message to a peer waits for a discovery round
+// (ping, push) before it leaves. Tests of discovery use newDiscInstance.
 func newInstance(t testing.TB, n *lndtest.Network, nid lnetwire.NID, tun lnd.Tunables) *lnet.Instance {
+	t.Helper()
+	in := newDiscInstance(t, n, nid, tun)
+	in.SetDiscovery(false)
+	return in
+}
+
+// newDiscInstance is newInstance with discovery on (the default).
+func newDiscInstance(t testing.TB, n *lndtest.Network, nid lnetwire.NID, tun lnd.Tunables) *lnet.Instance {
 	t.Helper()
 	in, err := lnet.New(lnet.Config{
 		LNDs: []lnd.LND{n.LND()},

@@ -25,8 +25,11 @@ type libMD struct {
 
 	// Response tracking (rsp.go): deadline for the awaited ACK/REPLY,
 	// linked in Instance.rsp in deadline order; 0 when not tracked.
+	// rspNextHop is the peer NI the tracked request last went to
+	// (rspt_next_hop_nid; 0 until it is sent).
 	rspDeadline      int64
 	rspPrev, rspNext *libMD
+	rspNextHop       lnetwire.NID
 }
 
 // exhausted is lnet_md_exhausted: no operations left, or with MaxSize no

@@ -2,7 +2,10 @@ package lnet
 
 // Message lifecycle (lib-move.c / lib-msg.c analogue):
 //
-//	Put/Get ──► sendLocked: pick NI and peer, take peer then NI credit
+//	Put/Get ──► sendLocked: a peer discovery has not brought up to date
+//	             │  first waits for a discovery round (discovery.go)
+//	             ▼
+//	           pick NI and peer, take peer then NI credit
 //	             │  (no credit: wait FIFO on the peer's or NI's queue)
 //	             ▼
 //	           Driver.Send ──► ni.Finalize ──► finalize: health check
@@ -167,6 +170,9 @@ func (in *Instance) sendLocked(m *message, self lnetwire.NID) (sendResult, error
 	if m.retries == 0 {
 		m.srcParam = self
 		m.deadline = in.nowNS() + int64(in.globals.TransactionTimeout)
+	}
+	if in.holdForDiscoveryLocked(m) {
+		return sendQueued, nil // sent (or failed) when discovery ends
 	}
 	if err := in.selectPathLocked(m, self); err != nil {
 		m.noResend = true

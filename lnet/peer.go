@@ -204,6 +204,12 @@ type peerDisc struct {
 	nodeSeqnoSent uint32 // lp_node_seqno_sent
 	err           error  // lp_dc_error: the last discovery's outcome
 	wait          chan struct{}
+	// pendq holds the messages sent to the peer while it is discovered
+	// (lp_dc_pendq); queued is set from the moment a held message starts
+	// a round (discoverHeld) until that round begins, so later messages
+	// join the queue instead of starting another.
+	pendq  msgQueue
+	queued bool
 }
 
 // isMR reports whether the peer is Multi-Rail.

@@ -76,8 +76,8 @@ func TestPingTimeout(t *testing.T) {
 
 func TestPingInfoUpdates(t *testing.T) {
 	n := lndtest.New(lnetwire.SOCKLND)
-	a := newInstance(t, n, nidA, lnd.Tunables{})
-	b := newInstance(t, n, nidB, lnd.Tunables{})
+	a := newDiscInstance(t, n, nidA, lnd.Tunables{})
+	b := newDiscInstance(t, n, nidB, lnd.Tunables{})
 	nidB2 := lnetwire.MustParseNID("10.0.1.2@tcp1")
 	n2 := lndtest.New(lnetwire.O2IBLND)
 	_ = n2

@@ -56,7 +56,7 @@ func (in *Instance) Put(self lnetwire.NID, mdh MDHandle, ack AckReq, target lnet
 		in.trackLocked(md, TrackPut)
 	}
 	r, err := in.sendLocked(m, self)
-	if err == nil {
+	if err == nil && m.Hdr.SrcNID != 0 { // 0: held for discovery, set when released
 		m.ev.Initiator.NID = m.Hdr.SrcNID
 	}
 	in.mu.Unlock()
@@ -114,7 +114,7 @@ func (in *Instance) get(self lnetwire.NID, mdh MDHandle, target lnetwire.Process
 	m.recovery = recovery
 	in.trackLocked(md, TrackGet)
 	r, err := in.sendLocked(m, self)
-	if err == nil {
+	if err == nil && m.Hdr.SrcNID != 0 { // 0: held for discovery, set when released
 		m.ev.Initiator.NID = m.Hdr.SrcNID
 	}
 	in.mu.Unlock()

@@ -46,7 +46,9 @@ func noChecker() lnet.Globals {
 	return g
 }
 
-// rtNode starts an instance with NIs on nids, every LND of nets.
+// rtNode starts an instance with NIs on nids, every LND of nets, and
+// discovery off: the routing tests count what crosses the router, which
+// a discovery round before the first message would add to.
 func rtNode(t testing.TB, lnds []lnd.LND, rc lnet.RouterConfig, g lnet.Globals, tun lnd.Tunables, nids ...lnetwire.NID) *lnet.Instance {
 	t.Helper()
 	cfg := lnet.Config{LNDs: lnds, Router: rc, Globals: g}
@@ -58,6 +60,7 @@ func rtNode(t testing.TB, lnds []lnd.LND, rc lnet.RouterConfig, g lnet.Globals, 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { in.Close() })
+	in.SetDiscovery(false)
 	return in
 }
 

@@ -2,6 +2,8 @@ package lnet
 
 import (
 	"time"
+
+	"softib/wire/lnetwire"
 )
 
 // Response tracking (LNet health's response_tracking, Lustre 2.12+): a
@@ -12,6 +14,13 @@ import (
 // the failure explicit), a busy one flags its last event Unlinked. Like
 // Lustre, an MD tracks one response at a time: a newer operation on the
 // same MD re-arms it.
+//
+// A response that does not come also counts against the peer NI the
+// request was sent to (the next hop: a router for a routed request), as
+// lnet_finalize_expired_responses does: response_timeout_count goes up
+// and that peer NI's health drops by health_sensitivity
+// (lnet_handle_remote_failure_locked: no health-status counter, no
+// resend), which puts it on the recovery queue.
 
 // Response-tracking modes (Globals.ResponseTracking, lnet's
 // response_tracking module parameter).
@@ -44,7 +53,7 @@ func (l *rspList) remove(md *libMD) {
 	} else {
 		l.tail = md.rspPrev
 	}
-	md.rspPrev, md.rspNext, md.rspDeadline = nil, nil, 0
+	md.rspPrev, md.rspNext, md.rspDeadline, md.rspNextHop = nil, nil, 0, 0
 }
 
 func (l *rspList) append(md *libMD, deadline int64) {
@@ -97,13 +106,35 @@ func (in *Instance) expireResponses() {
 			in.mu.Unlock()
 			return
 		}
+		nextHop := md.rspNextHop
 		in.rsp.remove(md)
 		in.stats.ResponseTimeouts++
+		in.responseTimeoutHealthLocked(nextHop)
 		if md.refs == 0 {
 			in.unlinkEventLocked(md, &d, ErrTimeout)
 		}
 		in.unlinkMDLocked(md)
 		in.mu.Unlock()
 		d.run()
+	}
+}
+
+// trackNextHopLocked records the peer NI a tracked request goes to
+// (lnet_handle_send's rspt_next_hop_nid), on every send and resend.
+func trackNextHopLocked(m *message) {
+	if md := m.md; md != nil && md.rspDeadline != 0 && !m.rx && !isResponse(m) && m.peer != nil {
+		md.rspNextHop = m.peer.nid
+	}
+}
+
+// responseTimeoutHealthLocked lowers the health of the peer NI a request
+// whose response did not come went to. A request never sent (failed
+// before selection, e.g. by discovery) or sent to ourselves has none.
+func (in *Instance) responseTimeoutHealthLocked(nid lnetwire.NID) {
+	if nid == 0 || nid == lnetwire.NIDLo0 || in.byNID[nid] != nil {
+		return
+	}
+	if p := in.peers[nid]; p != nil {
+		in.peerDecHealthLocked(p)
 	}
 }

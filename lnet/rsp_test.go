@@ -86,7 +86,36 @@ func TestResponseTracking(t *testing.T) {
 				if st := a.Stats(); st.ResponseTimeouts != want || st.MsgsAlloc != 0 {
 					t.Fatalf("stats %+v", st)
 				}
+				// A response that did not come lowers the health of the
+				// peer NI the request went to, once, and nothing is
+				// resent (lnet_finalize_expired_responses).
+				health := lnet.MaxHealthValue
+				if c.expire {
+					health -= g.HealthSensitivity
+				}
+				if h := peerNIHealth(t, a, nidB); h != health {
+					t.Fatalf("peer NI health %d, want %d", h, health)
+				}
+				if hs := a.HealthStats(); hs.ResendCount != 0 || hs.ResponseTimeoutCount != want || hs.RemoteTimeoutCount != 0 {
+					t.Fatalf("health stats %+v", hs)
+				}
 			})
 		})
 	}
+}
+
+// peerNIHealth returns the health value of in's peer NI nid.
+func peerNIHealth(t *testing.T, in *lnet.Instance, nid lnetwire.NID) int {
+	t.Helper()
+	d, ok := in.PeerOf(nid)
+	if !ok {
+		t.Fatalf("no peer %v", nid)
+	}
+	for _, ni := range d.NIs {
+		if ni.NID == nid {
+			return ni.Health
+		}
+	}
+	t.Fatalf("peer %v has no NI %v", d.Primary, nid)
+	return 0
 }

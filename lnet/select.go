@@ -376,6 +376,7 @@ func (in *Instance) selectPathLocked(m *message, self lnetwire.NID) error {
 	}
 	m.peer = p
 	p.refs++
+	trackNextHopLocked(m)
 	in.bumpSeqLocked(p, ni)
 	pid := m.Hdr.DestPID
 	if nextHop != m.Hdr.DestNID && !ni.lo {

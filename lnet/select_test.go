@@ -38,7 +38,9 @@ func (c *fakeClock) advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// mrNode starts an instance with one NI per NID on the lndtest network.
+// mrNode starts an instance with one NI per NID on the lndtest network,
+// discovery off: selection tests configure their peers, and their first
+// messages leave at once rather than after a discovery round.
 func mrNode(t *testing.T, n *lndtest.Network, clk *fakeClock, nids ...lnetwire.NID) *Instance {
 	t.Helper()
 	cfg := Config{LNDs: []lnd.LND{n.LND()}}
@@ -55,6 +57,7 @@ func mrNode(t *testing.T, n *lndtest.Network, clk *fakeClock, nids ...lnetwire.N
 		in.mu.Unlock()
 	}
 	t.Cleanup(func() { in.Close() })
+	in.SetDiscovery(false)
 	return in
 }
 

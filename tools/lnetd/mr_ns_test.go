@@ -5,17 +5,23 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"softib/internal/e2etest"
 	"softib/internal/netns"
 	"softib/lnet"
 	"softib/lnet/lnd"
+	"softib/lnet/o2iblnd"
 	"softib/lnet/selftest"
 	"softib/lnet/socklnd"
+	"softib/rdmacm"
+	"softib/rxe"
+	"softib/verbs"
 	"softib/wire/lnetwire"
 )
 
@@ -52,11 +58,9 @@ func mrIP(t *testing.T, args ...string) {
 	}
 }
 
-// mrSockNode is an instance in namespace n with a tcp NI on the pair's
-// link and a tcp1 NI on the second link, and a selftest service.
-func mrSockNode(t *testing.T, n *netns.Node, tcp1Addr string) (*lnet.Instance, lnetwire.NID, lnetwire.NID) {
-	t.Helper()
-	cfg := socklnd.Config{
+// mrSockConfig is the socklnd configuration of a node in namespace n.
+func mrSockConfig(n *netns.Node) socklnd.Config {
+	return socklnd.Config{
 		SocketContext: n.Do,
 		AcceptPort:    socklnd.DefaultAcceptPort,
 		// A dead link is noticed within seconds (stalled writes), and
@@ -67,10 +71,52 @@ func mrSockNode(t *testing.T, n *netns.Node, tcp1Addr string) (*lnet.Instance, l
 		MinReconnect: 200 * time.Millisecond,
 		MaxReconnect: time.Second,
 	}
-	nid0 := lnetwire.MustParseNID(n.Addr.String() + "@tcp")
+}
+
+// mrNodeFunc starts an instance in namespace n with an NI on the pair's
+// link (tcp, nid0) and one on the second link at addr2 (nid1), and a
+// selftest service.
+type mrNodeFunc func(t *testing.T, n *netns.Node, addr2 string) (in *lnet.Instance, nid0, nid1 lnetwire.NID)
+
+// mrSockNode: the second rail is a tcp1 NI.
+func mrSockNode(t *testing.T, n *netns.Node, tcp1Addr string) (*lnet.Instance, lnetwire.NID, lnetwire.NID) {
+	t.Helper()
 	nid1 := lnetwire.MustParseNID(tcp1Addr + "@tcp1")
+	return mrStartNode(t, n, nid1, socklnd.New(mrSockConfig(n)))
+}
+
+// mrO2IBNode: the second rail is an o2ib NI on softib's RoCE provider:
+// an rxe device whose UDP socket lives in n, on addr2, with an RDMA CM
+// over it. A dead link fails the messages in flight on it when RC
+// retransmission gives up or, at the latest, after the o2ib timeout.
+func mrO2IBNode(t *testing.T, n *netns.Node, o2ibAddr string) (*lnet.Instance, lnetwire.NID, lnetwire.NID) {
+	t.Helper()
+	addr := netip.MustParseAddr(o2ibAddr)
+	conn := e2etest.ListenUDP(t, n.Do, netip.AddrPortFrom(addr, rxe.RoCEv2Port))
+	dev, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: addr}, Conn: conn})
+	if err != nil {
+		conn.Close()
+		t.Fatal(err)
+	}
+	cm := rdmacm.NewManager(rdmacm.Config{})
+	// Cleanups run last-in first-out: the instance (registered by
+	// mrStartNode) closes before the CM and the device.
+	t.Cleanup(func() { cm.Close(); dev.Close() })
+	if err := cm.AddDevice(dev); err != nil {
+		t.Fatal(err)
+	}
+	ib := o2iblnd.New(o2iblnd.Config{CM: cm, Timeout: 4 * time.Second, Keepalive: 2 * time.Second})
+	nid1 := lnetwire.MustParseNID(o2ibAddr + "@o2ib")
+	return mrStartNode(t, n, nid1, socklnd.New(mrSockConfig(n)), ib)
+}
+
+// mrStartNode starts the instance of a node in n: a tcp NI on the pair's
+// link, an NI for nid1 (its LND among lnds) and a selftest service.
+func mrStartNode(t *testing.T, n *netns.Node, nid1 lnetwire.NID, lnds ...lnd.LND) (*lnet.Instance, lnetwire.NID, lnetwire.NID) {
+	t.Helper()
+	nid0 := lnetwire.MustParseNID(n.Addr.String() + "@tcp")
 	in, err := lnet.New(lnet.Config{
-		LNDs: []lnd.LND{socklnd.New(cfg)},
+		LNDs: lnds,
 		Nets: []lnet.NetConfig{{Net: nid0.Net(), Addr: nid0.Addr()}, {Net: nid1.Net(), Addr: nid1.Addr()}},
 		Log:  mrQuietLog,
 	})
@@ -124,11 +170,23 @@ func mrWaitFor(t *testing.T, what string, cond func() bool) {
 // resent on the first link, and the health of the dead rail drops; the
 // run sees no error. When the link comes back, recovery pings bring the
 // health back and traffic uses both links again.
-func TestMRNetnsLinkDown(t *testing.T) {
+func TestMRNetnsLinkDown(t *testing.T) { mrLinkDown(t, mrSockNode, 4096) }
+
+// TestMRNetnsLinkDownO2IB is TestMRNetnsLinkDown with a tcp rail and an
+// o2ib rail (softib's RoCE provider on the second veth): the same
+// selection, resends and health across two LNDs. Its RPCs carry 2 KiB:
+// o2iblnd moves 4 KiB by RDMA, which the receiver has matched before the
+// transfer, so a dying connection fails it at the receiver (as in
+// Lustre); 2 KiB goes as one IMMEDIATE message, whole or not at all.
+func TestMRNetnsLinkDownO2IB(t *testing.T) { mrLinkDown(t, mrO2IBNode, 2048) }
+
+// mrLinkDown runs the link-down scenario on nodes built by node, with lst
+// brw RPCs of size bytes.
+func mrLinkDown(t *testing.T, node mrNodeFunc, size int) {
 	p := netns.NewPair(t, netns.PairConfig{NoIPv6: true})
 	devA, devB := mrAddLink(t, p.A, p.B, "10.213.0.1", "10.213.0.2")
-	a, a0, a1 := mrSockNode(t, p.A, "10.213.0.1")
-	b, b0, b1 := mrSockNode(t, p.B, "10.213.0.2")
+	a, a0, a1 := node(t, p.A, "10.213.0.1")
+	b, b0, b1 := node(t, p.B, "10.213.0.2")
 	if err := a.AddPeer(lnet.PeerConfig{Primary: b0, NIDs: []lnetwire.NID{b1}}); err != nil {
 		t.Fatal(err)
 	}
@@ -149,10 +207,10 @@ func TestMRNetnsLinkDown(t *testing.T) {
 	if err := con.AddBatch("b"); err != nil {
 		t.Fatal(err)
 	}
-	// 4 KiB RPCs: a message caught half received when its connection
+	// Small RPCs: a message caught half received when its connection
 	// is reset fails at the receiver, as in Lustre (its MD took the
 	// failure); small messages arrive whole or not at all.
-	spec := selftest.TestSpec{Kind: "brw", Op: "read", Size: 4096, Check: "full", From: "c", To: "s", Concurrency: 8, Loop: -1}
+	spec := selftest.TestSpec{Kind: "brw", Op: "read", Size: size, Check: "full", From: "c", To: "s", Concurrency: 8, Loop: -1}
 	if err := con.AddTest(ctx, "b", spec); err != nil {
 		t.Fatalf("%v\na: %+v\n%+v\nb: %+v\n%+v", err, a.Stats(), a.PeerList(), b.Stats(), b.PeerList())
 	}
@@ -170,12 +228,13 @@ func TestMRNetnsLinkDown(t *testing.T) {
 	mrWaitFor(t, "traffic on both links", func() bool {
 		return mrSentOn(a, a0) > 20 && mrSentOn(a, a1) > 20 && mrSentOn(b, b0) > 20 && mrSentOn(b, b1) > 20
 	})
-	t.Logf("both links: a sent %d on tcp, %d on tcp1; b sent %d, %d", mrSentOn(a, a0), mrSentOn(a, a1), mrSentOn(b, b0), mrSentOn(b, b1))
+	t.Logf("both links: a sent %d on %v, %d on %v; b sent %d, %d", mrSentOn(a, a0), a0.Net(), mrSentOn(a, a1), a1.Net(), mrSentOn(b, b0), mrSentOn(b, b1))
 
-	// Rail 2 fails: both ends go down and the connections over it are
+	// Rail 2 fails: both ends go down and TCP connections over it are
 	// reset (ss -K, as a failed NIC's would be: softib's socklnd, unlike
 	// ksocklnd, does not time out a silent connection with sends in
-	// flight).
+	// flight). An o2ib rail has none: its RC connections fail by
+	// themselves.
 	mrIP(t, "-n", p.A.Name, "link", "set", devA, "down")
 	mrIP(t, "-n", p.B.Name, "link", "set", devB, "down")
 	// Let the receivers read what had arrived whole before the reset

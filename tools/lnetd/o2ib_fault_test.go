@@ -22,7 +22,8 @@ import (
 // assertion).
 
 // o2ibNSYAML is the configuration of a namespaced node: tcp and o2ib NIs
-// on iface, LNet credits and the o2ib lnd tunables lines given.
+// on iface, LNet credits and the o2ib lnd tunables lines given, discovery
+// off (as o2ibNodeYAML: traffic to the o2ib NID stays on o2ib).
 func o2ibNSYAML(iface string, peerCredits, credits int, lndTunables string) string {
 	return fmt.Sprintf(`net:
     - net type: tcp
@@ -41,6 +42,7 @@ func o2ibNSYAML(iface string, peerCredits, credits int, lndTunables string) stri
     accept_port: 988
     accept: all
     transaction_timeout: 20
+    discovery: 0
 `, iface, peerCredits, credits, lndTunables)
 }
 

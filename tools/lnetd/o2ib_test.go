@@ -12,7 +12,10 @@ import (
 	"softib/wire/lnetwire"
 )
 
-// o2ibNodeYAML is a test node with a tcp and an o2ib NI on one address.
+// o2ibNodeYAML is a test node with a tcp and an o2ib NI on one address,
+// discovery off: the o2ib tests address the o2ib NID and mean that rail,
+// which Multi-Rail selection would share with tcp once discovery on the
+// first send made the peers Multi-Rail.
 func o2ibNodeYAML(ip string, port int, lndTunables string) string {
 	return fmt.Sprintf(`net:
     - net type: tcp
@@ -32,6 +35,7 @@ global:
     accept_port: %[2]d
     accept: all
     transaction_timeout: 20
+    discovery: 0
 `, ip, port, lndTunables)
 }
 

@@ -26,4 +26,11 @@
 // Connection management on this provider is the kernel's: the IB CM runs in
 // the kernel and librdmacm reaches it. See Available for whether the
 // provider was compiled in.
+//
+// Verbs libibverbs does not offer are refused with verbs.ErrNotSupported
+// (the provider does not implement their optional interfaces):
+// verbs.ModifyAH (modify_av: libibverbs has no ibv_modify_ah, and Linux rxe
+// no modify_ah), verbs.RegSharedMR (register_smr: no shared registration in
+// libibverbs) and fast registration (REG_MR is a kernel-only work request).
+// The conformance suite checks the refusal on the guest's rxe0.
 package ibverbs

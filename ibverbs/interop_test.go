@@ -69,7 +69,7 @@ func TestInteropIBVerbs(t *testing.T) {
 		if r.Code != 0 || !strings.Contains(r.Stdout, "--- PASS: TestConformanceKernel") {
 			t.Fatalf("conformance suite on the guest's rxe0 failed (exit %d)", r.Code)
 		}
-		for _, sub := range []string{"RCSendRecv", "RCWriteRead", "RCAtomics", "RCRemoteAccessError", "RCSRQ", "MemoryWindowType2", "MemoryWindowType1", "UDSendRecv", "CompletionChannel", "Drain", "IllegalTransition"} {
+		for _, sub := range []string{"RCSendRecv", "RCWriteRead", "RCAtomics", "RCRemoteAccessError", "RCSRQ", "MemoryWindowType2", "MemoryWindowType1", "UDSendRecv", "CompletionChannel", "Drain", "IllegalTransition", "ModifyAH", "SharedMR"} {
 			if !strings.Contains(r.Stdout, "--- PASS: TestConformanceKernel/"+sub) {
 				t.Errorf("subtest %s did not pass on the kernel device", sub)
 			}

@@ -42,6 +42,8 @@ func Run(t *testing.T, open func(t *testing.T) Pair) {
 		{"CompletionChannel", testChannel},
 		{"Drain", testDrain},
 		{"IllegalTransition", testIllegal},
+		{"ModifyAH", testModifyAH},
+		{"SharedMR", testSharedMR},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
@@ -549,5 +551,87 @@ func testMWType1(t *testing.T, p Pair) {
 		RemoteAddr: b.mr.Addr() + 8192, RKey: rkey})
 	if wc := wait(t, a.scq); wc.Status != verbs.WCRemAccessErr {
 		t.Fatalf("WRITE through an unbound window: %v, want REM_ACCESS_ERR", wc.Status)
+	}
+}
+
+// optional reports whether an optional verb is there: nil means yes,
+// ErrNotSupported means the provider refuses it as it must when it
+// cannot (the test ends there), anything else fails.
+func optional(t *testing.T, what string, err error) bool {
+	t.Helper()
+	if errors.Is(err, verbs.ErrNotSupported) {
+		t.Logf("%s: not supported by this provider (%v)", what, err)
+		return false
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return true
+}
+
+// testModifyAH: modify_av changes an AH in place (rxe), or the provider
+// refuses it with ErrNotSupported (ibverbs: libibverbs has no such verb).
+// The modified AH still reaches the peer, with the new attributes.
+func testModifyAH(t *testing.T, p Pair) {
+	a, b := newEnd(t, p.A, verbs.QPTypeUD, false, verbs.AccessLocalWrite), newEnd(t, p.B, verbs.QPTypeUD, false, verbs.AccessLocalWrite)
+	const qkey = 0x11111111
+	for _, e := range []*end{a, b} {
+		if err := e.qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1, QKey: qkey},
+			verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrQKey); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTR}, verbs.QPAttrState); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: 1}, verbs.QPAttrState|verbs.QPAttrSQPSN); err != nil {
+			t.Fatal(err)
+		}
+	}
+	attr := verbs.AHAttr{IsGlobal: true, PortNum: 1, DPort: p.PeerPort,
+		GRH: verbs.GlobalRoute{DGID: b.gid, SGIDIndex: uint8(a.gidx), HopLimit: 64}}
+	ah, err := a.pd.CreateAH(&attr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ah.Destroy()
+	attr.GRH.HopLimit, attr.GRH.TrafficClass = 8, 0x20
+	if !optional(t, "modify AH", verbs.ModifyAH(ah, &attr)) {
+		return
+	}
+	if got := ah.Attr(); got != attr {
+		t.Fatalf("AH after modify: %+v, want %+v", got, attr)
+	}
+	postRecv(t, b.qp, 1, b.mr.SGE(0, 40+64))
+	post(t, a.qp, verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.mr.SGE(0, 64)},
+		AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: qkey})
+	waitOK(t, a.scq, verbs.WCSend)
+	waitOK(t, b.rcq, verbs.WCRecv)
+}
+
+// testSharedMR: register_smr gives a second MR with its own rkey over
+// the same memory (rxe), or the provider refuses it with ErrNotSupported
+// (ibverbs: libibverbs has no shared registration). A peer READs through
+// the shared rkey, also after the original MR is deregistered.
+func testSharedMR(t *testing.T, p Pair) {
+	a, b := newEnd(t, p.A, verbs.QPTypeRC, false, allAccess), newEnd(t, p.B, verbs.QPTypeRC, false, allAccess)
+	connectRC(t, p, a, b, allAccess)
+	sm, err := verbs.RegSharedMR(b.pd, b.mr, verbs.AccessLocalWrite|verbs.AccessRemoteRead, b.mr.Addr())
+	if !optional(t, "register shared MR", err) {
+		return
+	}
+	defer sm.Dereg()
+	if sm.RKey() == b.mr.RKey() {
+		t.Fatal("the shared MR has the original's rkey")
+	}
+	fill(b.mr.Buf()[:4096], 13)
+	fence(t, a, b)
+	if err := b.mr.Dereg(); err != nil {
+		t.Fatal(err)
+	}
+	post(t, a.qp, verbs.SendWR{ID: 1, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.mr.SGE(0, 4096)},
+		RemoteAddr: sm.Addr(), RKey: sm.RKey()})
+	waitOK(t, a.scq, verbs.WCRDMARead)
+	if !bytes.Equal(a.mr.Buf()[:4096], sm.Buf()[:4096]) {
+		t.Fatal("READ through the shared rkey: data differs")
 	}
 }

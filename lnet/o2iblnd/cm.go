@@ -88,6 +88,12 @@ func (d *Driver) connectOne(p *peer) bool {
 		return false
 	}
 	c.id = id
+	if d.cfg.TOS > 0 {
+		// tos: kiblnd_connect_peer's rdma_set_service_type, before the
+		// route is resolved; the passive side's QP takes the class
+		// from the REQ's path.
+		id.SetTOS(uint8(d.cfg.TOS))
+	}
 	src := netip.AddrPortFrom(d.addr, 0)
 	if !d.cfg.AnySourcePort {
 		// use_privileged_port: the first free port from 1023 down.

@@ -20,6 +20,7 @@ const (
 	DefaultRetryCount     = 5         // retry_count
 	DefaultRNRRetryCount  = 6         // rnr_retry_count
 	DefaultMRCacheSize    = 512       // fmr_pool_size: cached MRs per NI
+	DefaultMRFlushTrigger = 384       // fmr_flush_trigger: idle cached MRs kept
 	DefaultMRCacheBytes   = 256 << 20 // bytes those MRs may keep alive
 	DefaultPeerTimeout    = 180 * time.Second
 	DefaultConnsPerPeer   = 1               // conns_per_peer
@@ -84,6 +85,26 @@ type Config struct {
 	// MRCacheBytes bounds the bytes of idle cached registrations (256 MiB):
 	// a cached MR keeps its buffer alive.
 	MRCacheBytes int
+	// MRFlushTrigger bounds the idle registrations the cache keeps
+	// (fmr_flush_trigger, 384: the FMR pool flushed its unmapped
+	// mappings once that many had piled up): a new registration that
+	// finds that many idle deregisters the least recently used ones
+	// first, so at most MRFlushTrigger stay idle. 0 means the default.
+	MRFlushTrigger int
+	// NoMRCache registers LNet buffers for each transfer and deregisters
+	// them when it is done, instead of caching the registrations
+	// (fmr_cache=0; ko2iblnd's module parameter: a per-NI 0 there means
+	// the module's value).
+	NoMRCache bool
+	// TOS is the type of service of the connections this side opens
+	// (tos, -1 or 0: none; 1..255): the RDMA CM ID's TOS
+	// (rdma_set_service_type), i.e. the IP traffic class of the RoCEv2
+	// packets both sides send on the connection.
+	TOS int
+	// IBMTU is the path MTU in bytes for connections (ib_mtu, 0: the
+	// device's active MTU). softib's RDMA CM always uses the active MTU,
+	// so any other value is refused at Startup.
+	IBMTU int
 	// AnySourcePort makes active connections use an ephemeral source
 	// port instead of trying 1023 down to 512 (use_privileged_port=0).
 	AnySourcePort bool
@@ -105,9 +126,12 @@ type Config struct {
 	// peer opens (it opens none of its own while one is up).
 	ConnsPerPeer int
 	// WrqSGE is the most source pieces one RDMA WRITE gathers (wrq_sge;
-	// ko2iblnd's default is 2, softib's 0 means DefaultWrqSGE), capped by
-	// the device's max_sge: a source of many fragments (pages) moves in
-	// few work requests. Local only: nothing on the wire depends on it.
+	// ko2iblnd's default is 2, softib's 0 means DefaultWrqSGE): a source
+	// of many fragments (pages) moves in few work requests. It is the
+	// send queue's max_send_sge, so Startup refuses a value above the
+	// device's max_sge (ko2iblnd's QPs fail to be created then); the
+	// default is capped by it. Local only: nothing on the wire depends on
+	// it.
 	WrqSGE int
 }
 
@@ -148,6 +172,9 @@ func (c Config) withDefaults(peerCredits int) Config {
 	}
 	if c.MRCacheBytes <= 0 {
 		c.MRCacheBytes = DefaultMRCacheBytes
+	}
+	if c.MRFlushTrigger <= 0 {
+		c.MRFlushTrigger = DefaultMRFlushTrigger
 	}
 	if c.Version != lnetwire.KibVersion1 {
 		c.Version = lnetwire.KibVersion2

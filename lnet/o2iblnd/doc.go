@@ -17,8 +17,13 @@
 // its own Config in lnd.NI.LNDConfig): service 987, timeout 50 s,
 // keepalive 100 s, credits 256 and peer_credits 8 (DefaultTunables),
 // peer_credits_hiw, concurrent_sends, ntx 512, cksum, retry_count 5,
-// rnr_retry_count 6, conns_per_peer 1 (or the NI's tunable) and wrq_sge
-// (softib's default 16, ko2iblnd's 2).
+// rnr_retry_count 6, conns_per_peer 1 (or the NI's tunable), wrq_sge
+// (softib's default 16, ko2iblnd's 2; more than the device's max_sge is
+// refused), fmr_pool_size 512, fmr_flush_trigger 384 and fmr_cache 1
+// (the MR cache below), tos (the active side's CM ID TOS: the traffic
+// class of both sides' packets) and ib_mtu (0 or the device's active
+// MTU, the only path MTU softib's RDMA CM sets: others are refused).
+// map_on_demand, obsolete in Lustre 2.17, is what o2iblnd always does.
 //
 // # Connection setup (cm.go)
 //
@@ -84,7 +89,8 @@
 // Memory registration: every NI registers its tx message buffers once
 // (one MR over ntx × 4 KiB) and each connection its receive buffers. LNet
 // buffers are registered on first use and cached (Lustre's FMR cache,
-// bounded by MRCacheSize, least recently used idle entries evicted),
+// bounded by MRCacheSize, least recently used idle entries evicted, at
+// most MRFlushTrigger of them idle; NoMRCache registers per transfer),
 // keyed by the fragment's address and length: MDs are usually reused, so
 // a steady-state transfer registers nothing. A sink descriptor carries a
 // single rkey, so a sink spanning several MD fragments is registered

@@ -206,6 +206,7 @@ func (l *LND) Startup(ni *lnd.NI) (lnd.Driver, error) {
 	if cfg.ConnsPerPeer == 0 {
 		cfg.ConnsPerPeer = ni.Tunables.ConnsPerPeer
 	}
+	explicitSGE := cfg.WrqSGE > 0 // a default beyond the device's max_sge is capped, a set one refused
 	cfg = cfg.withDefaults(ni.Tunables.PeerCredits)
 	if cfg.CM == nil {
 		return nil, ErrNoConfig
@@ -256,11 +257,15 @@ func (l *LND) Startup(ni *lnd.NI) (lnd.Driver, error) {
 	if d.dev == nil || d.pd == nil {
 		return fail(fmt.Errorf("o2iblnd: no RDMA device for %v: %w", d.addr, rdmacm.ErrNoDevice))
 	}
+	if err := d.checkDevice(explicitSGE); err != nil {
+		return fail(err)
+	}
 	d.wrqSGE = max(1, min(cfg.WrqSGE, d.dev.Query().MaxSGE))
 	if d.txs, err = newTxPool(d.pd, cfg.NTx); err != nil {
 		return fail(err)
 	}
 	d.mrs = newMRCache(d.pd, cfg.MRCacheSize, cfg.MRCacheBytes)
+	d.mrs.flushTrigger, d.mrs.noCache = cfg.MRFlushTrigger, cfg.NoMRCache
 	d.bounce = &bouncePool{pd: d.pd, maxIdle: 8}
 	if err := lis.Listen(0); err != nil {
 		return fail(fmt.Errorf("o2iblnd: listen: %w", err))
@@ -276,6 +281,39 @@ func (l *LND) Startup(ni *lnd.NI) (lnd.Driver, error) {
 	l.mu.Unlock()
 	d.log.Debug("o2iblnd up", "incarnation", d.incarnation, "service", cfg.Service, "device", d.dev.Name())
 	return d, nil
+}
+
+// checkDevice refuses tunables the NI's device cannot honour: an explicit
+// wrq_sge above its max_sge and an ib_mtu other than its port's active
+// MTU (the path MTU softib's RDMA CM gives every connection).
+func (d *Driver) checkDevice(explicitSGE bool) error {
+	if m := d.dev.Query().MaxSGE; explicitSGE && d.cfg.WrqSGE > m {
+		return fmt.Errorf("o2iblnd: wrq_sge %d: device %s takes at most %d SGEs per work request", d.cfg.WrqSGE, d.dev.Name(), m)
+	}
+	if d.cfg.IBMTU == 0 {
+		return nil
+	}
+	if !validIBMTU(d.cfg.IBMTU) {
+		return fmt.Errorf("o2iblnd: ib_mtu %d: expected 256/512/1024/2048/4096", d.cfg.IBMTU)
+	}
+	pa, err := d.dev.QueryPort(1)
+	if err != nil {
+		return fmt.Errorf("o2iblnd: ib_mtu %d: port of %s: %w", d.cfg.IBMTU, d.dev.Name(), err)
+	}
+	if act := pa.ActiveMTU.Bytes(); d.cfg.IBMTU != act {
+		return fmt.Errorf("o2iblnd: ib_mtu %d: connections on %s use its active MTU %d as their path MTU (softib's RDMA CM sets no other); use 0 or %d",
+			d.cfg.IBMTU, d.dev.Name(), act, act)
+	}
+	return nil
+}
+
+// validIBMTU reports whether n is one of the IB MTUs (ib_mtu's values).
+func validIBMTU(n int) bool {
+	switch n {
+	case 256, 512, 1024, 2048, 4096:
+		return true
+	}
+	return false
 }
 
 // interfaceIPv4 returns the first IPv4 address of the named interfaces

@@ -1,8 +1,10 @@
 package o2iblnd
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -151,6 +153,9 @@ type mrEntry struct {
 	// released just after the check is merely evicted later.
 	refs atomic.Int32
 	tick uint64
+	// uncached entries (noCache) are in no map: the last put
+	// deregisters them.
+	uncached bool
 }
 
 // mrCache keeps LNet buffers registered across messages (Lustre's FMR
@@ -165,14 +170,21 @@ type mrEntry struct {
 // The cache also bounds the bytes it keeps alive (maxBytes): a cached
 // MR holds its buffer, so buffers the application dropped are released
 // only when evicted.
+//
+// flushTrigger (fmr_flush_trigger) bounds the idle entries: a miss that
+// finds that many deregisters the least recently used first. noCache
+// (fmr_cache=0) caches nothing: every get registers, and the last put
+// deregisters.
 type mrCache struct {
-	pd       verbs.PD
-	max      int
-	maxBytes int
-	mu       sync.Mutex
-	m        map[mrKey]*mrEntry
-	bytes    int
-	tick     uint64
+	pd           verbs.PD
+	max          int
+	maxBytes     int
+	flushTrigger int // 0: no bound but max
+	noCache      bool
+	mu           sync.Mutex
+	m            map[mrKey]*mrEntry
+	bytes        int
+	tick         uint64
 }
 
 func newMRCache(pd verbs.PD, max, maxBytes int) *mrCache {
@@ -182,6 +194,15 @@ func newMRCache(pd verbs.PD, max, maxBytes int) *mrCache {
 // get returns a referenced registration of frag.
 func (c *mrCache) get(frag []byte) (*mrEntry, error) {
 	k := mrKey{unsafe.Pointer(unsafe.SliceData(frag)), len(frag)}
+	if c.noCache {
+		mr, err := c.pd.RegMR(frag, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+		if err != nil {
+			return nil, err
+		}
+		e := &mrEntry{key: k, mr: mr, uncached: true}
+		e.refs.Store(1)
+		return e, nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.tick++
@@ -195,6 +216,7 @@ func (c *mrCache) get(frag []byte) (*mrEntry, error) {
 			break // everything is in use: grow past the bounds
 		}
 	}
+	c.trimIdleLocked()
 	mr, err := c.pd.RegMR(frag, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	if err != nil {
 		return nil, err
@@ -224,6 +246,31 @@ func (c *mrCache) evictLocked() bool {
 	return true
 }
 
+// trimIdleLocked makes room for a new entry under flushTrigger: once the
+// idle entries reach it, the least recently used go until one fewer
+// remain, so that at most flushTrigger are idle when the new one is
+// released too.
+func (c *mrCache) trimIdleLocked() {
+	if c.flushTrigger <= 0 || len(c.m) < c.flushTrigger {
+		return
+	}
+	var idle []*mrEntry
+	for _, e := range c.m {
+		if e.refs.Load() == 0 {
+			idle = append(idle, e)
+		}
+	}
+	if len(idle) < c.flushTrigger {
+		return
+	}
+	slices.SortFunc(idle, func(a, b *mrEntry) int { return cmp.Compare(a.tick, b.tick) })
+	for _, e := range idle[:len(idle)-c.flushTrigger+1] {
+		delete(c.m, e.key)
+		c.bytes -= e.key.n
+		e.mr.Dereg()
+	}
+}
+
 // stats returns the cached registrations and the bytes they pin.
 func (c *mrCache) stats() (n, bytes int) {
 	c.mu.Lock()
@@ -231,7 +278,11 @@ func (c *mrCache) stats() (n, bytes int) {
 	return len(c.m), c.bytes
 }
 
-func (c *mrCache) put(e *mrEntry) { e.refs.Add(-1) }
+func (c *mrCache) put(e *mrEntry) {
+	if e.refs.Add(-1) == 0 && e.uncached {
+		e.mr.Dereg()
+	}
+}
 
 func (c *mrCache) close() {
 	c.mu.Lock()

@@ -280,6 +280,7 @@ func (c *ctl) net(ctx context.Context, action string, args []string) int {
 		cr := fs.Int("credits", -1, "NI credits")
 		cpp := fs.Int("conns-per-peer", -1, "connections per peer (socklnd, o2iblnd)")
 		port := fs.Int("accept-port", -1, "acceptor port of this NI (softib)")
+		tos := fs.Int("tos", -2, "type of service of the NI's connections (o2ib: -1 none, 0..255; tcp: -1 only)")
 		cpt := fs.String("cpt", "", "CPT list (stored)")
 		if _, err := parseInterleaved(fs, args); err != nil {
 			return 2
@@ -301,6 +302,9 @@ func (c *ctl) net(ctx context.Context, action string, args []string) int {
 		}
 		if *port >= 0 {
 			a.LNDTunables.Set("accept_port", int64(*port))
+		}
+		if *tos != -2 {
+			a.LNDTunables.Set("tos", int64(*tos))
 		}
 		return c.simple(ctx, "net.add", a)
 	case "del":

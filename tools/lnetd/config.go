@@ -274,7 +274,16 @@ func (p *parser) settings(n *yaml.Node, path string, t table, ignore ...string) 
 			p.fail(v, kpath, "%v", err)
 			return
 		}
-		s = append(s, Setting{key, val})
+		name := key
+		if k.alias != "" {
+			name = k.alias
+		}
+		// Only an alias can name a key twice (YAML keys are unique).
+		if old, ok := s.Get(name); ok && old != val {
+			p.fail(v, kpath, "%s %d and %s %d: %s is %s here, give one value", key, val, name, old, key, name)
+			return
+		}
+		s.Set(name, val)
 	})
 	return s
 }

@@ -454,6 +454,9 @@ func (d *Daemon) socklndConfig(lt Settings) socklnd.Config {
 		if s.Name == "accept_port" && s.Value == 0 {
 			continue // 0: the global port
 		}
+		if k, _ := socklndTable.lookup(s.Name); k.local {
+			continue // tos: checked when parsed (only -1)
+		}
 		if err := c.SetParam(s.Name, strconv.FormatInt(s.Value, 10)); err != nil {
 			// The table only holds names SetParam knows (a test checks).
 			d.log.Warn("lnetd: socklnd tunable ignored", "name", s.Name, "err", err)

@@ -50,7 +50,7 @@
 // zc_min_payload, tx/rx_buffer_size, enable_csum, typed_conns,
 // min/max_reconnectms) and the ko2iblnd ones for o2ib nets
 // (peercredits_hiw, map_on_demand, concurrent_sends, fmr_pool_size,
-// fmr_flush_trigger, fmr_cache, ntx, ...).
+// fmr_flush_trigger, fmr_cache, ntx, tos, ...).
 //
 // # o2ib nets
 //
@@ -64,11 +64,18 @@
 // softib's CM, not a kernel TCP port: no root is needed. "tunables:"
 // peer_credits and credits apply as for tcp; of the lnd tunables,
 // service, peercredits_hiw, concurrent_sends, ntx, fmr_pool_size (the MR
-// cache size), timeout, keepalive (0: none), retry_count,
-// rnr_retry_count and conns_per_peer (RC connections per peer) map onto
-// o2iblnd.Config; the others are stored and
-// exported only. Deleting the net or stopping lnetd closes the NI, then
-// the RDMA CM and the device.
+// cache size), fmr_flush_trigger (the idle registrations it keeps),
+// fmr_cache (0: register per transfer), timeout, keepalive (0: none),
+// retry_count, rnr_retry_count, conns_per_peer (RC connections per
+// peer), wrq_sge (SGEs per RDMA WRITE, softib's default 16, at most the
+// device's max_sge), ib_mtu (0, or the device's active MTU: softib's
+// RDMA CM sets no other path MTU) and tos (the connections' type of
+// service, lnetctl net add --tos) map onto o2iblnd.Config;
+// map_on_demand must be 1 (true), what Lustre 2.17 always does.
+// Values softib cannot honour are refused with the setting named. For
+// tcp nets, Lustre 2.17's exported timeout is sock_timeout and tos
+// must be -1 (softib's socklnd sets no IP TOS). Deleting the net or
+// stopping lnetd closes the NI, then the RDMA CM and the device.
 //
 // Routes (YAML "route:", lnetctl route add/del) go to the core's route
 // table: messages to a remote net leave through the best alive gateway

@@ -107,9 +107,10 @@ func openKernelO2IB(provider string, addr netip.Addr, lt Settings) (o2iblnd.Conf
 
 // o2ibConfig maps the o2ib "lnd tunables" set in the file onto
 // o2iblnd.Config (ko2iblnd names). conns_per_peer reaches o2iblnd
-// through the NI's lnd.Tunables.ConnsPerPeer (as socklnd's does). Keys
-// o2iblnd has no knob for (map_on_demand, fmr_flush_trigger, fmr_cache,
-// wrq_sge, ib_mtu) are stored and exported only.
+// through the NI's lnd.Tunables.ConnsPerPeer (as socklnd's does).
+// map_on_demand has been checked to be 1, what o2iblnd always does; the
+// device-dependent limits of wrq_sge and ib_mtu are checked when the NI
+// starts (o2iblnd refuses them).
 func o2ibConfig(lt Settings) o2iblnd.Config {
 	var c o2iblnd.Config
 	for _, s := range lt {
@@ -125,6 +126,16 @@ func o2ibConfig(lt Settings) o2iblnd.Config {
 			c.NTx = v
 		case "fmr_pool_size":
 			c.MRCacheSize = v
+		case "fmr_flush_trigger":
+			c.MRFlushTrigger = v // 0: the default, as in ko2iblnd
+		case "fmr_cache":
+			c.NoMRCache = v == 0
+		case "wrq_sge":
+			c.WrqSGE = v
+		case "ib_mtu":
+			c.IBMTU = v
+		case "tos":
+			c.TOS = max(v, 0) // -1 and 0: none
 		case "retry_count":
 			c.RetryCount = v
 		case "rnr_retry_count":

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"softib/lnet/o2iblnd"
 )
 
 // Setting is one named integer value of a config section (a tunable, a
@@ -48,6 +50,15 @@ type keyDef struct {
 	enum     []string // names of the values 0..n-1, for enumerated keys
 	ext      bool     // softib extension (not in Lustre)
 	doc      string
+	// check refuses values in range that softib cannot honour, with
+	// the reason (nil: every value in range is honoured).
+	check func(v int64) error
+	// alias makes the key another name for a key of the same table: its
+	// value is stored under alias (a different value for both is
+	// refused), and it is never printed.
+	alias string
+	// local keys are lnetd's to act on, not the driver's parameters.
+	local bool
 }
 
 // table is the ordered set of keys of one section.
@@ -95,6 +106,11 @@ func (k keyDef) parse(s string) (int64, error) {
 	if v < k.min || v > k.max {
 		return 0, fmt.Errorf("%d is out of range [%d, %d]", v, k.min, k.max)
 	}
+	if k.check != nil {
+		if err := k.check(v); err != nil {
+			return 0, err
+		}
+	}
 	return v, nil
 }
 
@@ -111,6 +127,9 @@ func (k keyDef) format(v int64) any {
 func (t table) effective(s Settings) Settings {
 	out := make(Settings, 0, len(t))
 	for _, k := range t {
+		if k.alias != "" {
+			continue
+		}
 		v, ok := s.Get(k.name)
 		if !ok {
 			v = k.def
@@ -177,13 +196,37 @@ var socklndTable = table{
 	{name: "typed_conns", def: 1, min: 0, max: 1},
 	{name: "min_reconnectms", def: 1000, min: 1, max: maxInt32},
 	{name: "max_reconnectms", def: 60000, min: 1, max: maxInt32},
+	// Lustre 2.17's lnetctl export writes these two for every tcp NI.
+	// Its "timeout" is the module's sock_timeout (ksocknal_timeout),
+	// which import ignores; here it sets sock_timeout.
+	{name: "timeout", def: 50, min: 1, max: maxInt32, alias: "sock_timeout"},
+	{name: "tos", def: -1, min: -1, max: 255, local: true, check: func(v int64) error {
+		if v != -1 {
+			return fmt.Errorf("tos %d: softib's socklnd sets no IP TOS on its connections; only -1 (the system's default) can be honoured", v)
+		}
+		return nil
+	}},
 }
 
 // o2iblndTable is "lnd tunables:" for o2ib nets (ko2iblnd parameters,
-// lnet-wire.md §6.13). Accepted and stored for the RDMA LND.
+// lnet-wire.md §6.13), all of which drive lnet/o2iblnd (o2ibConfig) or
+// are refused where softib cannot honour a value. Lustre 2.17's
+// lnetctl export writes peercredits_hiw, map_on_demand (true),
+// concurrent_sends, fmr_pool_size, fmr_flush_trigger, fmr_cache, ntx,
+// conns_per_peer, timeout and tos; wrq_sge and ib_mtu are ko2iblnd module
+// parameters that softib takes per NI.
 var o2iblndTable = table{
 	{name: "peercredits_hiw", def: 0, min: 0, max: 255},
-	{name: "map_on_demand", def: 1, min: 0, max: 257},
+	// Obsolete in Lustre 2.17 (always on, 0 made 1): LNet buffers are
+	// registered on demand, through the MR cache or fast registration.
+	// Older releases' fragment counts (e.g. 32, 256) and 0 (a global
+	// MR) meant something else, which softib does not do.
+	{name: "map_on_demand", def: 1, min: 0, max: 257, check: func(v int64) error {
+		if v != 1 {
+			return fmt.Errorf("map_on_demand %d: softib, like Lustre 2.17 where the setting is obsolete, always maps LNet buffers on demand (MR cache, fast registration); only 1 (true) can be honoured", v)
+		}
+		return nil
+	}},
 	{name: "concurrent_sends", def: 0, min: 0, max: 16384},
 	{name: "fmr_pool_size", def: 512, min: 0, max: 1 << 20},
 	{name: "fmr_flush_trigger", def: 384, min: 0, max: 1 << 20},
@@ -192,11 +235,18 @@ var o2iblndTable = table{
 	{name: "conns_per_peer", def: 1, min: 1, max: 127},
 	{name: "timeout", def: 50, min: 0, max: maxInt32},
 	{name: "keepalive", def: 100, min: 0, max: maxInt32},
-	{name: "wrq_sge", def: 2, min: 1, max: 2},
-	{name: "ib_mtu", def: 0, min: 0, max: 4096},
+	{name: "wrq_sge", def: o2iblnd.DefaultWrqSGE, min: 1, max: 1 << 16, doc: "SGEs per RDMA WRITE (ko2iblnd's default 2; at most the device's max_sge)"},
+	{name: "ib_mtu", def: 0, min: 0, max: 4096, check: func(v int64) error {
+		switch v {
+		case 0, 256, 512, 1024, 2048, 4096:
+			return nil
+		}
+		return fmt.Errorf("ib_mtu %d: expected 0, 256, 512, 1024, 2048 or 4096", v)
+	}},
 	{name: "retry_count", def: 5, min: 0, max: 7},
 	{name: "rnr_retry_count", def: 6, min: 0, max: 7},
 	{name: "service", def: 987, min: 1, max: 65535},
+	{name: "tos", def: -1, min: -1, max: 255, doc: "type of service of the connections this NI opens (-1: none)"},
 }
 
 // routingTable is the "routing:" section.

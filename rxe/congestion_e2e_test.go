@@ -98,3 +98,30 @@ func TestECNOffIgnoresCNP(t *testing.T) {
 		t.Fatal("rate limiter active without CNPs")
 	}
 }
+
+// TestECNZeroAllocs: with ECN on and every packet CE-marked (CNPs
+// flowing, the rate limiter active), the steady-state data path still
+// allocates nothing: the ECT mark, the received class, CE counting, CNP
+// pacing and sending, and the limiter's gate.
+func TestECNZeroAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under -race (sync.Pool drops items)")
+	}
+	x, y := ecnPair(t, rxe.ECNConfig{MinRate: 5e9})
+	wc := make([]verbs.WC, 1)
+	w := []verbs.SendWR{{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{x.mr.SGE(0, 16<<10)},
+		RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}}
+	round := func() {
+		x.qp.PostSend(w)
+		pollSpin(t, x.cq, wc)
+	}
+	for range 50 {
+		round() // warm pools and rings, make the QPs' congestion state
+	}
+	if a := testing.AllocsPerRun(200, round); a != 0 {
+		t.Fatalf("%v allocations per WRITE round", a)
+	}
+	if st := rxe.CQDeviceStats(y.cq); st["NPCNPSent"] == 0 {
+		t.Fatal("no CNPs sent")
+	}
+}

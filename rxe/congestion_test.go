@@ -354,3 +354,29 @@ func roceBuildCNP(b []byte, qpn uint32) (int, error) {
 	binary.LittleEndian.PutUint32(b[n-4:], roce.ICRCFor(fuzzPeer, fuzzLocal, b[:n]))
 	return n, nil
 }
+
+// TestCongestionResetWithQP: a QP reset forgets its rate limiter, so a
+// new connection starts at full rate.
+func TestCongestionResetWithQP(t *testing.T) {
+	rig := newFuzzRig(t)
+	rig.dev.cfg.ECN = ECNConfig{Enable: true}
+	if err := rig.dev.cfg.ECN.withDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	cnp := make([]byte, 64)
+	n, _ := roceBuildCNP(cnp, 0x11)
+	rig.feed(cnp[:n])
+	q := rig.dev.lookupQP(0x11)
+	if active, _, _, _ := QPRate(q); !active {
+		t.Fatal("CNP did not start the rate limiter")
+	}
+	if err := q.Modify(&verbs.QPAttr{State: verbs.QPStateReset}, verbs.QPAttrState); err != nil {
+		t.Fatal(err)
+	}
+	q.mu.Lock()
+	cc := q.cc
+	q.mu.Unlock()
+	if cc != nil {
+		t.Fatal("congestion state kept across a reset")
+	}
+}

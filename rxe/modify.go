@@ -215,6 +215,7 @@ func (q *QP) reset() {
 	q.comp.reset()
 	q.resp.reset()
 	q.timerAt = 0
+	q.cc = nil // a new connection starts at full rate (congestion.go)
 	q.drainC.Broadcast()
 }
 

@@ -21,6 +21,10 @@ import (
 //	                ICRC, P_Key) ─► a copy to every attached QP's
 //	                inbound ring (rxe_rcv_mcast_pkt clones the skb)
 //
+// Each copy remembers the group address (packet.group): the receive
+// completion's GRH area is the datagram's IP header in Linux rxe, so its
+// destination is the group, the MGID, not the receiving device.
+//
 // The device socket is bound to the device's unicast address, which a
 // group's datagrams are not addressed to, so each group gets its own
 // receive socket bound to (group, device port) with SO_REUSEADDR (other

@@ -260,40 +260,88 @@ func (e *endpoint) call(ctx context.Context, to lnetwire.ProcessID, req Msg, bul
 	return rep, nil
 }
 
-// replyBufs recycles reply messages once their SEND event says the LND
-// is done with them.
+// replyBufs recycles scratch reply messages (sendReply copies them).
 var replyBufs = sync.Pool{New: func() any { b := make([]byte, MsgSize); return &b }}
+
+// replyCtx is one reply in flight: its message and where it goes.
+// Pooled; back in the pool once the LND is done with the message.
+type replyCtx struct {
+	buf    []byte
+	to     lnetwire.ProcessID
+	rpyID  uint64
+	pinned bool // sent from the request's target NID (not yet rerouted)
+}
+
+// replyCtxs recycles replies once their SEND event says the LND is done
+// with them.
+var replyCtxs = sync.Pool{New: func() any { return &replyCtx{buf: make([]byte, MsgSize)} }}
 
 // sendReply PUTs rep (MsgSize bytes, copied) to the requester's reply
 // buffer. Failures are counted; nobody waits for them.
 func (e *endpoint) sendReply(to rpcPeer, rpyID uint64, rep Msg) {
-	bp := replyBufs.Get().(*[]byte)
-	copy(*bp, rep[:MsgSize])
-	h, err := e.in.MDBind(lnet.MD{Start: *bp, Threshold: 1, Handler: e.replyH, UserPtr: bp}, lnet.AutoUnlink)
+	r := replyCtxs.Get().(*replyCtx)
+	copy(r.buf, rep[:MsgSize])
+	r.to, r.rpyID, r.pinned = to.peer, rpyID, to.self != lnetwire.NIDAny
+	e.putReply(r, to.self)
+}
+
+// putReply PUTs r from self.
+func (e *endpoint) putReply(r *replyCtx, self lnetwire.NID) {
+	h, err := e.in.MDBind(lnet.MD{Start: r.buf, Threshold: 1, Handler: e.replyH, UserPtr: r}, lnet.AutoUnlink)
 	if err == nil {
-		err = e.in.Put(to.self, h, lnet.AckReqNo, to.peer, RDMAPortal, rpyID, 0, 0)
+		err = e.in.Put(self, h, lnet.AckReqNo, r.to, RDMAPortal, r.rpyID, 0, 0)
 	}
 	if err != nil {
 		e.cnt.errors.Add(1)
-		e.log.Debug("selftest: reply not sent", "to", to, "err", err)
+		e.log.Debug("selftest: reply not sent", "to", r.to, "from", self, "err", err)
 	}
 }
 
-// replySent is the handler of reply MDs (bound once in newEndpoint).
+// replySent is the handler of reply MDs (bound once in newEndpoint). A
+// reply that could not leave from the request's target NID (its rail
+// failed) is sent once more from any NI: a softib addition, see
+// rpcPeer.
 func (e *endpoint) replySent(ev *lnet.Event) {
+	r, _ := ev.MD.UserPtr.(*replyCtx)
 	if ev.Status != nil {
+		if r != nil && r.pinned && ev.Unlinked {
+			r.pinned = false
+			e.log.Info("selftest: reply sent again from any NI: the request's rail failed", "to", r.to, "err", ev.Status)
+			go e.putReply(r, lnetwire.NIDAny) // not from inside an event handler
+			return
+		}
 		e.cnt.errors.Add(1)
 		e.log.Debug("selftest: reply failed", "to", ev.Target, "err", ev.Status)
 	}
-	if bp, ok := ev.MD.UserPtr.(*[]byte); ok && ev.Unlinked {
-		replyBufs.Put(bp)
+	if r != nil && ev.Unlinked {
+		replyCtxs.Put(r)
 	}
 }
 
+// errBulkFailed marks a bulk transfer LNet reported failed (not a
+// timeout, a cancel or bad data).
+var errBulkFailed = errors.New("selftest: bulk transfer failed")
+
 // bulk moves buf between this node and the requester's bulk MD: GET it
 // (sink: a brw write or a TEST destination list comes to us) or PUT it
-// (a brw read), as srpc_do_bulk. The bytes moved are counted.
+// (a brw read), as srpc_do_bulk: from the request's target NID to its
+// source. One that LNet failed there (its rail failed) is moved once more
+// from any NI: a softib addition, see rpcPeer. The bytes moved and the
+// failures are counted.
 func (e *endpoint) bulk(ctx context.Context, to rpcPeer, bulkID uint64, buf []byte, sink bool, timeout time.Duration) error {
+	err := e.bulkFrom(ctx, to.self, to.peer, bulkID, buf, sink, timeout)
+	if to.self != lnetwire.NIDAny && errors.Is(err, errBulkFailed) {
+		e.log.Info("selftest: bulk moved again from any NI: the request's rail failed", "to", to, "err", err)
+		err = e.bulkFrom(ctx, lnetwire.NIDAny, to.peer, bulkID, buf, sink, timeout)
+	}
+	if errors.Is(err, errBulkFailed) {
+		e.cnt.errors.Add(1)
+	}
+	return err
+}
+
+// bulkFrom is one attempt of bulk, from self.
+func (e *endpoint) bulkFrom(ctx context.Context, self lnetwire.NID, to lnetwire.ProcessID, bulkID uint64, buf []byte, sink bool, timeout time.Duration) error {
 	c := getCall(timeout)
 	clean := false
 	defer func() { e.release(c, clean) }()
@@ -307,9 +355,9 @@ func (e *endpoint) bulk(ctx context.Context, to rpcPeer, bulkID uint64, buf []by
 	}
 	c.mds[0], c.n = h, 1
 	if sink {
-		err = e.in.Get(to.self, h, to.peer, RDMAPortal, bulkID, 0)
+		err = e.in.Get(self, h, to, RDMAPortal, bulkID, 0)
 	} else {
-		err = e.in.Put(to.self, h, lnet.AckReqNo, to.peer, RDMAPortal, bulkID, 0, 0)
+		err = e.in.Put(self, h, lnet.AckReqNo, to, RDMAPortal, bulkID, 0, 0)
 	}
 	if err != nil {
 		return err
@@ -322,8 +370,7 @@ func (e *endpoint) bulk(ctx context.Context, to rpcPeer, bulkID uint64, buf []by
 			return fmt.Errorf("%w: bulk with %v after %v", ErrRPCTimeout, to, timeout)
 		case ev := <-c.ch:
 			if ev.Status != nil {
-				e.cnt.errors.Add(1)
-				return fmt.Errorf("bulk %v with %v: %w", ev.Type, to, ev.Status)
+				return fmt.Errorf("%w: %v with %v: %w", errBulkFailed, ev.Type, to, ev.Status)
 			}
 			if ev.Type == lnet.EventReply && ev.MLength != len(buf) {
 				return fmt.Errorf("bulk GET from %v: %d bytes of %d", to, ev.MLength, len(buf))
@@ -420,7 +467,9 @@ func (rb *reqBuffers) event(ev *lnet.Event) {
 // header's source NID, not the Multi-Rail primary that ev->initiator
 // and softib's Event.Initiator carry) and the local NID the request was
 // sent to (srpc_self, ev->target.nid), which the reply and bulk leave
-// from.
+// from. Where that NID's rail has failed (a Multi-Rail link down) the
+// kernel's reply or bulk fails with it; softib's is sent once more from
+// any NI (and logged), so the RPC survives the rail as the request did.
 type rpcPeer struct {
 	peer lnetwire.ProcessID
 	self lnetwire.NID

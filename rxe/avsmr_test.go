@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"testing"
+	"time"
 
 	"softib/rxe"
 	"softib/verbs"
@@ -203,6 +204,83 @@ func TestSharedMR(t *testing.T) {
 	} {
 		if _, err := verbs.RegSharedMR(tc.pd, tc.mr, tc.access, tc.vaddr); !errors.Is(err, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestModifyAHConcurrent: modify_av racing UD posts through the AH:
+// every datagram goes whole to one of the two destinations (run with
+// -race: a post reads the vector while Modify replaces it).
+func TestModifyAHConcurrent(t *testing.T) {
+	a, b := pair(t, verbs.QPTypeUD, rxe.Config{}, connOpts{}, 8192)
+	c := newEnd(t, openDev(t, rxe.Config{}), verbs.QPTypeUD, 8192)
+	connect(t, c, c, connOpts{})
+	to := func(e *end) verbs.AHAttr {
+		return verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: verbs.GIDFromAddr(e.dev.Addr().Addr()), SGIDIndex: 1}}
+	}
+	atB, atC := to(b), to(c)
+	ah, err := a.pd.CreateAH(&atB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	for _, e := range []*end{b, c} {
+		for k := range n {
+			postRecv(t, e, verbs.RecvWR{ID: uint64(k), SGL: []verbs.SGE{e.mr.SGE(0, 128)}})
+		}
+	}
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			attr := atB
+			if i%2 == 1 {
+				attr = atC
+			}
+			if err := verbs.ModifyAH(ah, &attr); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	// One RemoteQPN must name the receiving QP on either device: a
+	// device numbers its QPs in order, so b and c (each its device's
+	// first QP) have the same number.
+	if b.qp.QPN() != c.qp.QPN() {
+		t.Fatalf("the two UD QPs have different QPNs (%#x, %#x)", b.qp.QPN(), c.qp.QPN())
+	}
+	for k := range n {
+		post(t, a, verbs.SendWR{ID: uint64(k), Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{a.mr.SGE(0, 64)}, AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: 0x11111111})
+		wantOK(t, waitWC(t, a.cq, 1)[0], verbs.WCSend)
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	wcs := make([]verbs.WC, 64)
+	for deadline := time.Now().Add(20 * time.Second); got < n; {
+		for _, e := range []*end{b, c} {
+			k, err := e.cq.Poll(wcs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, wc := range wcs[:k] {
+				if wc.Status != verbs.WCSuccess || wc.ByteLen != 40+64 {
+					t.Fatalf("receive %+v", wc)
+				}
+			}
+			got += k
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d datagrams arrived", got, n)
 		}
 	}
 }

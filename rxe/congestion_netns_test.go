@@ -5,6 +5,7 @@ package rxe_test
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -23,9 +24,9 @@ import (
 // ceMarkRules marks pct% of the ECT(0) RoCEv2 packets a namespace sends
 // CE (nftables: this kernel has neither sch_netem nor sch_red, whose ecn
 // options would do it on a queue), as a congested router's AQM does.
-func ceMarkRules(pct float64) string {
-	return fmt.Sprintf("table ip softib_ecn {\n chain out {\n  type filter hook output priority 0; policy accept;\n"+
-		"  udp dport 4791 ip ecn ect0 numgen random mod 1000000 < %d counter ip ecn set ce\n }\n}\n", int(pct*10000))
+func ceMarkRules(fam string, pct float64) string {
+	return fmt.Sprintf("table %s softib_ecn {\n chain out {\n  type filter hook output priority 0; policy accept;\n"+
+		"  udp dport 4791 %s ecn ect0 numgen random mod 1000000 < %d counter %s ecn set ce\n }\n}\n", fam, fam, int(pct*10000), fam)
 }
 
 // nsCapture runs dumpcap inside a namespace on its link.
@@ -34,7 +35,11 @@ type nsCapture struct {
 	stop func()
 }
 
-func startNSCapture(t *testing.T, n *netns.Node) *nsCapture {
+// startNSCapture starts dumpcap on n's link and returns once it captures:
+// dumpcap writes the file header before its filter is attached, so a
+// probe datagram (UDP port 9, discard) is sent from prober to probeTo
+// until it is in the file.
+func startNSCapture(t *testing.T, n, prober *netns.Node, probeTo netip.Addr) *nsCapture {
 	t.Helper()
 	testenv.RequireTool(t, "tshark")
 	testenv.RequireTool(t, "dumpcap")
@@ -44,7 +49,7 @@ func startNSCapture(t *testing.T, n *netns.Node) *nsCapture {
 		t.Fatal(err)
 	}
 	f.Close()
-	cmd := n.Command("dumpcap", "-q", "-i", n.Dev, "-P", "-B", "64", "-s", "128", "-f", "udp port 4791", "-w", path)
+	cmd := n.Command("dumpcap", "-q", "-i", n.Dev, "-P", "-B", "64", "-s", "128", "-f", "udp port 4791 or udp port 9", "-w", path)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -62,11 +67,41 @@ func startNSCapture(t *testing.T, n *netns.Node) *nsCapture {
 			t.Fatalf("hang guard: dumpcap did not start: %s", stderr.String())
 		}
 	}
+	// mark sends a probe carrying token until it is in the file: at the
+	// start (the capture is live), and before the stop (everything sent
+	// earlier has been written; dumpcap drops what is still in its ring
+	// at SIGINT).
+	mark := func(token string) {
+		probe := []byte("softib ecn capture " + token)
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if err := prober.Do(func() error {
+				c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(probeTo, 9)))
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				_, err = c.Write(probe)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if b, err := os.ReadFile(path); err == nil && bytes.Contains(b, probe) {
+				return
+			}
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatalf("hang guard: dumpcap did not capture the %s probe: %s", token, stderr.String())
+			}
+		}
+	}
+	mark("start")
 	c := &nsCapture{path: path}
 	stopped := false
 	c.stop = func() {
 		if !stopped {
 			stopped = true
+			mark("end")
 			cmd.Process.Signal(syscall.SIGINT)
 			cmd.Wait()
 		}
@@ -86,15 +121,37 @@ func startNSCapture(t *testing.T, n *netns.Node) *nsCapture {
 func TestNetnsECN(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireTool(t, "nft")
-	p := netns.NewPair(t, netns.PairConfig{NoIPv6: true})
+	for _, v6 := range []bool{false, true} {
+		name := "ipv4"
+		if v6 {
+			name = "ipv6"
+		}
+		t.Run(name, func(t *testing.T) { netnsECN(t, v6) })
+	}
+}
+
+// netnsECN is TestNetnsECN over IPv4 or IPv6 (traffic class, ip6 nft
+// rule; IPv6 also leaves as UDP GSO super-packets, which the rule marks
+// whole).
+func netnsECN(t *testing.T, v6 bool) {
+	p := netns.NewPair(t, netns.PairConfig{})
+	fam, src, ecnField := "ip", "ip.src", "ip.dsfield.ecn"
+	addrA, addrB := p.A.Addr, p.B.Addr
+	if v6 {
+		if !p.A.Addr6.IsValid() {
+			t.Fatal("no IPv6 in the namespaces")
+		}
+		fam, src, ecnField = "ip6", "ipv6.src", "ipv6.tclass.ecn"
+		addrA, addrB = p.A.Addr6, p.B.Addr6
+	}
 	// A reacts with the DCQCN paper's byte counter and timer (10 MB,
 	// 55 us) rather than mlx5's 32 KiB, 300 us: at a software device's
 	// rates mlx5's byte counter recovers the rate between two CNPs.
 	ecnA := rxe.ECNConfig{Enable: true, MinRate: 100e6, MaxRate: 20e9, ByteReset: 10 << 20, TimeReset: 55 * time.Microsecond}
-	open := func(n *netns.Node, ecn rxe.ECNConfig) *rxe.Device {
+	open := func(n *netns.Node, addr netip.Addr, ecn rxe.ECNConfig) *rxe.Device {
 		var d verbs.Device
 		if err := n.Do(func() (err error) {
-			d, err = rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: n.Addr, NetMTU: n.MTU, FixedSourcePort: true}, ECN: ecn})
+			d, err = rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: addr, NetMTU: n.MTU, FixedSourcePort: true}, ECN: ecn})
 			return err
 		}); err != nil {
 			t.Fatal(err)
@@ -102,12 +159,12 @@ func TestNetnsECN(t *testing.T) {
 		t.Cleanup(func() { d.Close() })
 		return d.(*rxe.Device)
 	}
-	da, db := open(p.A, ecnA), open(p.B, rxe.ECNConfig{Enable: true})
+	da, db := open(p.A, addrA, ecnA), open(p.B, addrB, rxe.ECNConfig{Enable: true})
 	a, b := newEnd(t, da, verbs.QPTypeRC, 8<<20), newEnd(t, db, verbs.QPTypeRC, 8<<20)
 	o := connOpts{timeout: 14, retry: 7, rnrRetry: 7}
 	connect(t, a, b, o)
 	connect(t, b, a, o)
-	capt := startNSCapture(t, p.B)
+	capt := startNSCapture(t, p.B, p.A, addrB)
 
 	const chunk = 64 << 10
 	fill(a.buf, 21)
@@ -133,7 +190,7 @@ func TestNetnsECN(t *testing.T) {
 	}
 
 	// Phase 1: the path marks.
-	if err := runIn(p.A, ceMarkRules(5)); err != nil {
+	if err := runIn(p.A, ceMarkRules(fam, 5)); err != nil {
 		t.Fatalf("nft: %v", err)
 	}
 	const total = 8 << 20
@@ -159,7 +216,7 @@ func TestNetnsECN(t *testing.T) {
 	// Phase 2: the marking stops; every ByteReset bytes A sends raises
 	// its rate (byte-counter expiries, no clock involved), until the
 	// limiter switches off at MaxRate.
-	if err := runIn(p.A, "delete table ip softib_ecn\n"); err != nil {
+	if err := runIn(p.A, "delete table "+fam+" softib_ecn\n"); err != nil {
 		t.Fatal(err)
 	}
 	d2 := send(total)
@@ -175,12 +232,12 @@ func TestNetnsECN(t *testing.T) {
 
 	// The wire, as tshark decodes it.
 	capt.stop()
-	rows := tsharktest.Fields(t, capt.path, []string{"ip.src", "ip.dsfield.ecn", "infiniband.bth.opcode", "infiniband.bth.destqp"}, "-Y", "infiniband")
+	rows := tsharktest.Fields(t, capt.path, []string{src, ecnField, "infiniband.bth.opcode", "infiniband.bth.destqp"}, "-Y", "infiniband")
 	var fromA, ceA, fromB, cnps int
 	for _, r := range rows {
 		src, ecn, op := r[0], r[1], r[2]
 		switch netip.MustParseAddr(src) {
-		case p.A.Addr:
+		case addrA:
 			fromA++
 			switch ecn {
 			case "2":
@@ -189,7 +246,7 @@ func TestNetnsECN(t *testing.T) {
 			default:
 				t.Fatalf("A's packet with ECN %s: %q", ecn, r)
 			}
-		case p.B.Addr:
+		case addrB:
 			fromB++
 			if ecn != "2" {
 				t.Fatalf("B's packet with ECN %s: %q", ecn, r)

@@ -38,10 +38,11 @@ import (
 //     queue). The limiter costs nothing until the first CNP and switches
 //     itself off again once the rate has recovered to MaxRate.
 //
-// A CNP that arrives at a device with ECN off, or at a QP that cannot
-// react (UD), is counted in rp_cnp_ignored and dropped; Linux rxe drops
-// opcode 0x81 too (its opcode table has no entry for it: rxe_rcv's
-// header checks fail) without a counter.
+// A CNP that arrives at a device with ECN off is counted in
+// rp_cnp_ignored and dropped; one for a UD QP (DCQCN here is for
+// connected QPs) in bad_qp_type, as any opcode of another transport.
+// Linux rxe drops opcode 0x81 too (its opcode table has no entry for it:
+// rxe_rcv's header checks fail) without a counter.
 //
 // Peers. ECN is a property of the path and the two ends: a router marks
 // CE only on ECT packets, so softib sends a CNP only to a peer whose
@@ -475,10 +476,11 @@ func (q *QP) sendCNP() {
 	q.dev.stats.NPCNPSent.Inc()
 }
 
-// onCNP is the reaction point's CNP (mu held, in handle): it feeds the
-// QP's rate limiter, or is counted and dropped when ECN is off.
+// onCNP is the reaction point's CNP (mu held, in handle; the receive
+// checks let CNPs through to RC and UC QPs only): it feeds the QP's rate
+// limiter, or is counted and dropped when ECN is off.
 func (q *QP) onCNP(now int64) {
-	if !q.dev.cfg.ECN.Enable || (q.typ != verbs.QPTypeRC && q.typ != verbs.QPTypeUC) {
+	if !q.dev.cfg.ECN.Enable {
 		q.dev.stats.RPCNPIgnored.Inc()
 		return
 	}

@@ -70,7 +70,7 @@ type Stats struct {
 	NPECNMarked  stats.Counter // CE-marked packets received (np_ecn_marked_roce_packets)
 	NPCNPSent    stats.Counter // CNPs sent (np_cnp_sent)
 	RPCNPHandled stats.Counter // CNPs that fed a QP's rate limiter (rp_cnp_handled)
-	RPCNPIgnored stats.Counter // CNPs dropped: ECN off, or a QP that cannot react (rp_cnp_ignored)
+	RPCNPIgnored stats.Counter // CNPs dropped because ECN is off (rp_cnp_ignored)
 }
 
 // Device is an open Soft-RoCE device.

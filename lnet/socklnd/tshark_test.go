@@ -64,9 +64,12 @@ func TestTsharkDecode(t *testing.T) {
 		}
 	}
 	t.Logf("tshark saw %v in %d packets", seen, len(rows))
-	// Five PUT/ACK/GET/REPLY exchanges; at least the ZC-ACK NOOPs of the
-	// three ≥16 KiB payloads.
-	for want, n := range map[string]int{"ksm 0x000000c1": 20, "msg 0": 5, "msg 1": 5, "msg 2": 5, "msg 3": 5} {
+	// Five PUT/ACK/GET/REPLY exchanges, and before the first of a→b and
+	// of c→d a discovery round (lnet discovers a peer on the first send):
+	// a ping (GET/REPLY) and a push of the sender's NIDs (PUT/ACK), so 7
+	// of each type; at least the ZC-ACK NOOPs of the three ≥16 KiB
+	// payloads.
+	for want, n := range map[string]int{"ksm 0x000000c1": 28, "msg 0": 7, "msg 1": 7, "msg 2": 7, "msg 3": 7} {
 		if seen[want] != n {
 			t.Errorf("tshark decoded %d %q, want %d", seen[want], want, n)
 		}

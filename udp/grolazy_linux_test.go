@@ -2,15 +2,19 @@ package udp_test
 
 import (
 	"bytes"
+	"runtime"
 	"testing"
+	"time"
 
 	"softib/udp"
 )
 
 // TestGROBuffersLazy: a GRO reader starts with a few receive buffers and
-// doubles them only when a read fills every one it has, for both the
-// PollReader and ReadBatch; every datagram arrives once, in order, and
-// reads allocate nothing once the buffers are there.
+// doubles them after a read that filled every one it had, up to its
+// batch, for both the PollReader and ReadBatch; every datagram arrives
+// once, in order, and reads allocate nothing once the buffers are there.
+// How many datagrams one read finds depends on when loopback delivers
+// them, so the test checks the rule after every read, not a final count.
 func TestGROBuffersLazy(t *testing.T) {
 	const batch, sent = 64, 40
 	check := func(t *testing.T, read func(msgs []udp.Message) int, bufs func() int, rx, tx *udp.Socket) {
@@ -24,19 +28,30 @@ func TestGROBuffersLazy(t *testing.T) {
 			}
 		}
 		msgs := newMsgs(batch, 2048)
+		grew := false
 		for got := 0; got < sent; {
-			n := read(msgs)
+			before := bufs()
+			n := read(msgs[:min(len(msgs), before)])
 			for _, m := range msgs[:n] {
 				if want := payload(got, 100+got); !bytes.Equal(m.Buf[:m.N], want) {
 					t.Fatalf("datagram %d: %d bytes, want %d", got, m.N, len(want))
 				}
 				got++
 			}
+			want := before
+			if n == before {
+				want = min(2*before, batch)
+			}
+			if after := bufs(); after != want {
+				t.Fatalf("a read of %d datagrams with %d buffers left %d, want %d", n, before, after, want)
+			}
+			grew = grew || want > before
 		}
-		// Reads of 4, 8, 16 and then the last 12 of the 40: the
-		// buffers doubled after each full read.
-		if n := bufs(); n != 32 {
-			t.Fatalf("%d GRO buffers after a burst of %d datagrams, want 32", n, sent)
+		if !grew {
+			// Loopback handed the burst over slower than it was read
+			// (a loaded machine): the doubling rule held for every read,
+			// but none was full.
+			t.Log("no read filled every buffer: growth not exercised")
 		}
 		one := []udp.Message{{Buf: payload(0, 64), N: 64, Addr: rx.LocalAddr()}}
 		round := func() {
@@ -53,13 +68,20 @@ func TestGROBuffersLazy(t *testing.T) {
 	}
 	t.Run("PollReader", func(t *testing.T) {
 		rx, tx, r := groPair(t, batch)
-		// Loopback queues a datagram within the send: TryRead finds it.
+		// Hang guard: a datagram that never comes fails after 20 s.
 		read := func(msgs []udp.Message) int {
-			n, err := r.TryRead(msgs)
-			if err != nil || n == 0 {
-				t.Fatalf("TryRead: %d datagrams, %v", n, err)
+			for deadline := time.Now().Add(20 * time.Second); ; runtime.Gosched() {
+				n, err := r.TryRead(msgs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n > 0 {
+					return n
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("no datagram within 20 s")
+				}
 			}
-			return n
 		}
 		check(t, read, func() int { return udp.GROBuffers(r) }, rx, tx)
 	})

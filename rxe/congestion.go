@@ -448,6 +448,7 @@ func (q *QP) onPacketClass(p *packet, now int64) {
 		return
 	}
 	q.dev.stats.NPECNMarked.Inc()
+	q.stats.NPECNMarked.Inc()
 	if q.typ != verbs.QPTypeRC && q.typ != verbs.QPTypeUC {
 		return
 	}
@@ -474,6 +475,7 @@ func (q *QP) sendCNP() {
 	q.finish(p)
 	q.respTx.add(q, p)
 	q.dev.stats.NPCNPSent.Inc()
+	q.stats.NPCNPSent.Inc()
 }
 
 // onCNP is the reaction point's CNP (mu held, in handle; the receive
@@ -482,9 +484,11 @@ func (q *QP) sendCNP() {
 func (q *QP) onCNP(now int64) {
 	if !q.dev.cfg.ECN.Enable {
 		q.dev.stats.RPCNPIgnored.Inc()
+		q.stats.RPCNPIgnored.Inc()
 		return
 	}
 	q.dev.stats.RPCNPHandled.Inc()
+	q.stats.RPCNPHandled.Inc()
 	q.ccState().rp.onCNP(now)
 }
 

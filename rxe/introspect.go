@@ -111,7 +111,19 @@ type qpStats struct {
 	CompRetry        stats.Counter
 	RetryExceeded    stats.Counter
 	RNRRetryExceeded stats.Counter
+
+	// Congestion signalling (congestion.go), under the device
+	// counters' names: mlx5 keeps them per port only, softib per QP too
+	// so an operator can see which QP is marked and slowed down.
+	NPECNMarked  stats.Counter
+	NPCNPSent    stats.Counter
+	RPCNPHandled stats.Counter
+	RPCNPIgnored stats.Counter
 }
+
+// qpOwnCounters are the per-QP counters that are softib's own (not in
+// rxeCounterNames), in the order QPInfo lists them after rxe's.
+var qpOwnCounters = []string{"NPECNMarked", "NPCNPSent", "RPCNPHandled", "RPCNPIgnored"}
 
 // QPInfo is a snapshot of one QP (rdma resource show qp).
 type QPInfo struct {
@@ -135,6 +147,28 @@ type QPInfo struct {
 	RecvCQN   int            `json:"recv_cqn"`
 	SRQ       bool           `json:"srq,omitempty"`
 	Counters  []Counter      `json:"counters"`
+	// Congestion is the QP's DCQCN state, nil until the QP has met a
+	// CE-marked packet or a CNP on a device with ECN on.
+	Congestion *QPCongestion `json:"congestion,omitempty"`
+}
+
+// QPCongestion is a QP's congestion-control state (congestion.go): its
+// DCQCN rate limiter, as of the snapshot. Rates are in bits per second.
+type QPCongestion struct {
+	// Limiting: a CNP came and the rate has not recovered to MaxRate;
+	// the requester is paced at Rate.
+	Limiting bool `json:"limiting"`
+	// Rate and TargetRate are the limiter's current and target rates,
+	// Alpha its congestion estimate, MinRate the lowest rate since it
+	// became active (all 0 while not limiting).
+	Rate       float64 `json:"rate_bps,omitempty"`
+	TargetRate float64 `json:"target_rate_bps,omitempty"`
+	Alpha      float64 `json:"alpha,omitempty"`
+	MinRate    float64 `json:"min_rate_bps,omitempty"`
+	// RateCuts counts the rate cuts and SendsHeld the sends the limiter
+	// held back (the requester waited for tokens), over the QP's life.
+	RateCuts  int `json:"rate_cuts"`
+	SendsHeld int `json:"sends_held"`
 }
 
 // CQInfo is a snapshot of one CQ (rdma resource show cq).
@@ -263,7 +297,26 @@ func (q *QP) info(pdn, scqn, rcqn int) QPInfo {
 			i.Counters = append(i.Counters, Counter{c.name, v})
 		}
 	}
+	for _, f := range qpOwnCounters {
+		i.Counters = append(i.Counters, Counter{SnakeCase(f), m[f]})
+	}
+	if q.cc != nil {
+		i.Congestion = q.cc.rp.snapshot(q.dev.now())
+	}
 	return i
+}
+
+// snapshot is the limiter's state at now (mu held). It advances a copy:
+// the limiter's own state moves only on the QP's rounds, with their
+// clock, so looking never changes what the engine does.
+func (r *rateLimiter) snapshot(now int64) *QPCongestion {
+	c := *r
+	c.advance(now)
+	s := &QPCongestion{Limiting: c.active, RateCuts: c.cuts, SendsHeld: c.held}
+	if c.active {
+		s.Rate, s.TargetRate, s.Alpha, s.MinRate = c.rc, c.rt, c.alpha, c.minRate
+	}
+	return s
 }
 
 func (cq *CQ) info(n int) CQInfo {

@@ -1,15 +1,11 @@
 package udp_test
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -451,22 +447,29 @@ func TestPollReaderGROStress(t *testing.T) {
 	}
 }
 
-// kernelDrops returns the receive drop count of s in /proc/net/udp.
+// kernelDrops returns the kernel's receive drop count of s (sk_drops,
+// the drops column of /proc/net/udp), read with SO_MEMINFO: scanning
+// /proc/net/udp can miss a socket while other sockets come and go.
 func kernelDrops(t testing.TB, s *udp.Socket) int {
-	f, err := os.Open("/proc/net/udp")
+	rc, err := s.UDPConn().SyscallConn()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	local := fmt.Sprintf(":%04X", s.LocalAddr().Port())
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		if len(fs) > 2 && strings.HasSuffix(fs[1], local) {
-			d, _ := strconv.Atoi(fs[len(fs)-1])
-			return d
+	const skMeminfoDrops = 8 // SK_MEMINFO_DROPS
+	var mem [skMeminfoDrops + 1]uint32
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		l := uint32(unsafe.Sizeof(mem))
+		_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, fd, unix.SOL_SOCKET, unix.SO_MEMINFO,
+			uintptr(unsafe.Pointer(&mem[0])), uintptr(unsafe.Pointer(&l)), 0)
+		if e != 0 {
+			serr = e
 		}
+	}); err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("socket %v not in /proc/net/udp", s.LocalAddr())
-	return 0
+	if serr != nil {
+		t.Fatalf("getsockopt SO_MEMINFO: %v", serr)
+	}
+	return int(mem[skMeminfoDrops])
 }

@@ -3,7 +3,11 @@ package stat
 import (
 	"fmt"
 	"io"
+	"math"
+	"strconv"
 	"strings"
+
+	"softib/rxe"
 )
 
 // WriteLinks prints the device counters as `rdma statistic show` does:
@@ -22,7 +26,10 @@ func WriteLinks(w io.Writer, sns []*Snapshot) {
 }
 
 // WriteQPs prints the per-QP counters as `rdma statistic qp show` does:
-// one line per QP.
+// one line per QP. A QP that has met congestion (a CE mark or a CNP on a
+// device with ECN on) adds its DCQCN limiter: "dcqcn limiting" with the
+// current and target rates in Mb/s and alpha while it paces the QP,
+// "dcqcn idle" once recovered, and its rate cuts and held sends.
 func WriteQPs(w io.Writer, sns []*Snapshot) {
 	for _, sn := range sns {
 		for _, q := range sn.Resources.QPs {
@@ -31,10 +38,23 @@ func WriteQPs(w io.Writer, sns []*Snapshot) {
 			for _, c := range q.Counters {
 				fmt.Fprintf(&b, " %s %d", c.Name, c.Value)
 			}
+			if cc := q.Congestion; cc != nil {
+				if cc.Limiting {
+					fmt.Fprintf(&b, " dcqcn limiting rate_mbps %s target_rate_mbps %s alpha %.4g", mbps(cc.Rate), mbps(cc.TargetRate), cc.Alpha)
+				} else {
+					b.WriteString(" dcqcn idle")
+				}
+				fmt.Fprintf(&b, " rate_cuts %d sends_held %d", cc.RateCuts, cc.SendsHeld)
+			}
 			fmt.Fprintf(&b, " pid %d comm %s", sn.PID, sn.Comm)
 			fmt.Fprintln(w, b.String())
 		}
 	}
+}
+
+// mbps formats a rate in bits/s as Mb/s, to the kb/s.
+func mbps(bps float64) string {
+	return strconv.FormatFloat(math.Round(bps/1e3)/1e3, 'f', -1, 64)
 }
 
 // LinkJSON is one device in `softib stat --json` (rdma -j statistic
@@ -57,6 +77,9 @@ type QPJSON struct {
 	PID      int               `json:"pid"`
 	Comm     string            `json:"comm"`
 	Counters map[string]uint64 `json:"counters"`
+	// Congestion is the QP's DCQCN state (absent until the QP meets
+	// congestion).
+	Congestion *rxe.QPCongestion `json:"congestion,omitempty"`
 }
 
 // Links converts snapshots to their JSON form.
@@ -77,7 +100,8 @@ func QPs(sns []*Snapshot) []QPJSON {
 	out := []QPJSON{}
 	for _, sn := range sns {
 		for _, q := range sn.Resources.QPs {
-			j := QPJSON{IfName: sn.Device, Port: sn.Port, LQPN: q.QPN, QPType: q.Type, PID: sn.PID, Comm: sn.Comm, Counters: map[string]uint64{}}
+			j := QPJSON{IfName: sn.Device, Port: sn.Port, LQPN: q.QPN, QPType: q.Type, PID: sn.PID, Comm: sn.Comm, Counters: map[string]uint64{},
+				Congestion: q.Congestion}
 			for _, c := range q.Counters {
 				j.Counters[c.Name] = c.Value
 			}

@@ -83,6 +83,12 @@ func TestPublishQuery(t *testing.T) {
 		t.Errorf("stat line: %s", b.String())
 	}
 	b.Reset()
+	stat.WriteQPs(&b, sns)
+	if l := b.String(); !strings.Contains(l, " np_ecn_marked_roce_packets 0 np_cnp_sent 0 rp_cnp_handled 0 rp_cnp_ignored 0 pid ") ||
+		strings.Contains(l, "dcqcn") {
+		t.Errorf("stat qp line (congestion counters, no limiter): %s", l)
+	}
+	b.Reset()
 	if err := res.Write(&b, "qp", sns); err != nil || !strings.Contains(b.String(), "type RC state RESET") {
 		t.Errorf("res qp: %s %v", b.String(), err)
 	}

@@ -34,11 +34,18 @@ type Info struct {
 	Name  string           `json:"hca_id"`
 	Attr  verbs.DeviceAttr `json:"attr"`
 	Ports []Port           `json:"ports"`
+	// ECN is the device's RoCEv2 congestion control, for devices that
+	// have it (softib's Soft-RoCE); nil for others (a kernel device's is
+	// its driver's, not visible through verbs).
+	ECN *ECN `json:"ecn,omitempty"`
 }
 
 // Collect queries dev.
 func Collect(dev verbs.Device) *Info {
 	in := &Info{Name: dev.Name(), Attr: dev.Query()}
+	if e, ok := dev.(ecnDevice); ok {
+		in.ECN = ecnOf(e.ECN())
+	}
 	for p := uint8(1); p <= max(in.Attr.PhysPortCnt, 1); p++ {
 		pt := Port{Num: p}
 		pa, err := dev.QueryPort(p)
@@ -139,6 +146,9 @@ func Write(w io.Writer, in *Info, verbose bool) {
 	line("vendor_part_id", fmt.Sprint(a.VendorPartID))
 	line("hw_ver", fmt.Sprintf("0x%X", a.HWVer))
 	line("phys_port_cnt", fmt.Sprint(a.PhysPortCnt))
+	if in.ECN != nil {
+		in.ECN.write(&b, line, verbose)
+	}
 	if verbose {
 		line("max_mr_size", fmt.Sprintf("0x%x", a.MaxMRSize))
 		line("page_size_cap", fmt.Sprintf("0x%x", a.PageSizeCap))

@@ -16,7 +16,7 @@ func runDevinfo(args []string) int {
 	fs := devsel.NewFlagSet("devinfo", os.Stderr)
 	dev := devsel.NewOptions()
 	dev.Register(fs, -1)
-	verbose := fs.Bool("v", false, "print all the attributes of the device (like ibv_devinfo -v)")
+	verbose := fs.Bool("v", false, "print all the attributes of the device (like ibv_devinfo -v), and a Soft-RoCE device's DCQCN parameters when --ecn is on")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if _, code, ok := parseTool(fs, args, "devinfo [--addr IP] [-v] [--json]"); !ok {
 		return code

@@ -11,7 +11,7 @@ import (
 )
 
 func init() {
-	register(&command{name: "stat", summary: "device and QP counters of every open device (like rdma statistic)", run: runStat})
+	register(&command{name: "stat", summary: "device and QP counters of every open device, and each QP's DCQCN rate limiter (like rdma statistic)", run: runStat})
 	register(&command{name: "res", summary: "QPs, CQs, MRs and PDs of every open device (like rdma resource)", run: runRes})
 }
 

@@ -20,7 +20,8 @@ package rxe
 //	QP.mu             the QP engine: state, attr, dst, mtu, sq, rq, cap,
 //	                  the roles (req, resp, comp), both lanes' cur
 //	                  batches, the round flags (woke, hdue, pushed,
-//	                  roundIn, respDue), encap, sport (written also under both lane
+//	                  roundIn, roundReq, respDue),
+//	                  encap, sport (written also under both lane
 //	                  mutexes, see qpSport), dead, timerAt, sqdEvent,
 //	                  inSpare. QP.drainC waits on it.
 //	QP.inMu           QP.inq (the inbound ring) and the swap of inSpare.

@@ -177,6 +177,7 @@ func (q *QP) handle(p *packet, now int64) {
 		return
 	}
 	if p.op.Is(roce.MaskReq) {
+		q.roundReq++ // the ACK policy's lone rounds (sched.go)
 		q.resp.noteRequest()
 		q.resp.respond(p, now)
 		return

@@ -54,6 +54,7 @@ type QP struct {
 	hdue     uint8          // guarded by mu; CQ handlers due (hdueSend, hdueRecv) once mu is released
 	pushed   bool           // guarded by mu; this round pushed a completion
 	roundIn  int            // guarded by mu; inbound packets this round handled
+	roundReq int            // guarded by mu; request packets among them
 	respDue  int64          // guarded by mu; deferred responses must go by then (0: none)
 	listed   bool           // guarded by Device.defMu; in Device.deferred
 	txMsgs   []udp.Message  // guarded by reqTx.mu and respTx.mu together; sendBoth's vector

@@ -167,7 +167,7 @@ func TestACKPolicy(t *testing.T) {
 		{byDevice, hdueSend, true, true, true, false, holdHandlers},
 		{byDevice, 0, true, true, true, true, holdYield},
 		{byDevice, 0, true, true, false, true, holdYield}, // the reader gets the CPU either way
-		{byDevice, 0, true, true, true, false, holdNone},  // a stream: no yield
+		{byDevice, 0, true, true, true, false, holdNone},  // a stream's receiving side: no yield
 		{byDevice, 0, false, true, true, true, holdNone},
 		{byPoller, 0, false, true, true, false, holdPoller},
 		{byPoller, 0, false, true, false, true, holdNone},

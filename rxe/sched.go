@@ -39,15 +39,16 @@ import (
 //     released, and sends the responses afterwards, or with the
 //     handler's own post if it posted (the event-driven ping-pong).
 //     2. holdYield: a device goroutine (a shard's receive goroutine, the
-//     QP's run loop) woke a channel reader with a round of one inbound
-//     packet (a request, or a response, that the application is
-//     waiting to answer): it yields the CPU once before sending, so that
+//     QP's run loop) woke a channel reader with a lone round: at most
+//     one request and two packets (a ping-pong's message, which arrives
+//     with the ACK of the previous one in the same GRO datagram, or a
+//     lone response): it yields the CPU once before sending, so that
 //     the woken application's post carries the responses (the Go
 //     scheduler otherwise runs the reader only after the sendmmsg and
 //     the next empty recvmmsg: a median 7 µs per message, measured).
 //     They go out when the goroutine runs again, whether the reader
-//     posted or not. A round of several packets (a stream) sends at
-//     once: runtime.Gosched puts the goroutine on the global run queue,
+//     posted or not. A bigger round (a stream) sends at once:
+//     runtime.Gosched puts the goroutine on the global run queue,
 //     behind every runnable goroutine of the process, and a shard's
 //     receive goroutine that yields for each QP of a batch stalls the
 //     others (o2iblnd with conns_per_peer 4: a third of the wall time
@@ -96,7 +97,7 @@ const (
 // holdFor decides a round's respHold (the policy above) from who ran it
 // and what it did: hdue (handlers due), woke (a channel reader woken),
 // pushed (a completion pushed), resp (responses queued), lone (it
-// handled at most one inbound packet).
+// handled at most one request and two packets).
 func holdFor(by sendMode, hdue uint8, woke, pushed, resp, lone bool) respHold {
 	switch {
 	case hdue != 0:
@@ -113,8 +114,11 @@ func holdFor(by sendMode, hdue uint8, woke, pushed, resp, lone bool) respHold {
 // (mu held on entry), as the ACK policy above decides.
 func (q *QP) unlockAndSend(by sendMode) {
 	q.resp.flushAck() // a round that ran no inbound packets may still owe one
-	pushed, woke, due, lone := q.pushed, q.woke, q.hdue, q.roundIn <= 1
-	q.pushed, q.woke, q.roundIn = false, false, 0
+	// A lone round: one message of a request/response exchange, with
+	// at most the ACK of the previous one beside it.
+	lone := q.roundReq <= 1 && q.roundIn <= 2
+	pushed, woke, due := q.pushed, q.woke, q.hdue
+	q.pushed, q.woke, q.roundIn, q.roundReq = false, false, 0, 0
 	switch holdFor(by, due, woke, pushed, len(q.respTx.cur.pkts) > 0, lone) {
 	case holdHandlers:
 		q.hdue = 0

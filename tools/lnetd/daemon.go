@@ -381,6 +381,10 @@ func (d *Daemon) addNI(net lnetwire.Net, netType string, ni NIConfig) error {
 		if err != nil {
 			return err
 		}
+		if v, ok := ni.LNDTunables.Get("map_on_demand"); ok && v != 1 {
+			d.log.Warn("lnetd: map_on_demand is obsolete, as in Lustre 2.17: LNet buffers are always mapped on demand (MR cache, fast registration); the value has no effect",
+				"ni", ni.Interfaces, "map_on_demand", v)
+		}
 		nc.LNDConfig, rdma = oc, r
 	}
 	// Other LNDs (Options.LNDs) get their own defaults: their lnd

@@ -71,7 +71,8 @@
 // device's max_sge), ib_mtu (0, or the device's active MTU: softib's
 // RDMA CM sets no other path MTU) and tos (the connections' type of
 // service, lnetctl net add --tos) map onto o2iblnd.Config;
-// map_on_demand must be 1 (true), what Lustre 2.17 always does.
+// map_on_demand is obsolete as in Lustre 2.17 (always on): any value
+// loads, and one other than 1 is logged at NI start as having no effect.
 // Values softib cannot honour are refused with the setting named. For
 // tcp nets, Lustre 2.17's exported timeout is sock_timeout and tos
 // must be -1 (softib's socklnd sets no IP TOS). Deleting the net or

@@ -108,7 +108,7 @@ func openKernelO2IB(provider string, addr netip.Addr, lt Settings) (o2iblnd.Conf
 // o2ibConfig maps the o2ib "lnd tunables" set in the file onto
 // o2iblnd.Config (ko2iblnd names). conns_per_peer reaches o2iblnd
 // through the NI's lnd.Tunables.ConnsPerPeer (as socklnd's does).
-// map_on_demand has been checked to be 1, what o2iblnd always does; the
+// map_on_demand is obsolete (always on, logged by the caller); the
 // device-dependent limits of wrq_sge and ib_mtu are checked when the NI
 // starts (o2iblnd refuses them).
 func o2ibConfig(lt Settings) o2iblnd.Config {

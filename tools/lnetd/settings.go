@@ -217,16 +217,12 @@ var socklndTable = table{
 // parameters that softib takes per NI.
 var o2iblndTable = table{
 	{name: "peercredits_hiw", def: 0, min: 0, max: 255},
-	// Obsolete in Lustre 2.17 (always on, 0 made 1): LNet buffers are
-	// registered on demand, through the MR cache or fast registration.
-	// Older releases' fragment counts (e.g. 32, 256) and 0 (a global
-	// MR) meant something else, which softib does not do.
-	{name: "map_on_demand", def: 1, min: 0, max: 257, check: func(v int64) error {
-		if v != 1 {
-			return fmt.Errorf("map_on_demand %d: softib, like Lustre 2.17 where the setting is obsolete, always maps LNet buffers on demand (MR cache, fast registration); only 1 (true) can be honoured", v)
-		}
-		return nil
-	}},
+	// Obsolete in Lustre 2.17: ko2iblnd takes any value (0 made 1) and
+	// always maps on demand (kiblnd_tunables_setup); real lnet.conf files
+	// still carry older releases' fragment counts (32, 256). softib takes
+	// them as Lustre does and logs at NI start that the value has no
+	// effect (openO2IB), rather than refusing a file Lustre loads.
+	{name: "map_on_demand", def: 1, min: 0, max: 257},
 	{name: "concurrent_sends", def: 0, min: 0, max: 16384},
 	{name: "fmr_pool_size", def: 512, min: 0, max: 1 << 20},
 	{name: "fmr_flush_trigger", def: 384, min: 0, max: 1 << 20},

@@ -316,6 +316,48 @@ func (in *Instance) holdForDiscoveryLocked(m *message) bool {
 	return true
 }
 
+// holdForGatewayLocked is the gateway half of lnet_handle_find_routed_path:
+// with the router checker off (it would discover the gateways otherwise),
+// a routed message whose gateway is not up to date undoes its selection
+// (dst is the destination NID it was sent to) and waits for a discovery
+// of the gateway, so the route can use all of the gateway's NIDs; it is
+// selected again when the round ends. The same messages as in
+// holdForDiscoveryLocked never wait.
+func (in *Instance) holdForGatewayLocked(m *message, dst lnetwire.NID) bool {
+	if in.globals.LiveRouterCheckInterval >= 0 || in.disc.off || in.closed || m.ni == nil || m.ni.lo ||
+		m.routing || m.recovery || isResponse(m) || reservedMsg(m) || in.rc.ctx.Err() != nil {
+		return false
+	}
+	gw := m.Msg.Target.NID
+	if gw == m.Hdr.DestNID || m.peer == nil || m.peer.lp == nil {
+		return false // not routed
+	}
+	lp := m.peer.lp
+	if lp.uptodate() || in.gwDiscoveryLocked(lp) {
+		return false
+	}
+	// Undo what selection did to m (lnet_initiate_peer_discovery's
+	// msg_txpeer = NULL): the next selection starts afresh.
+	m.peer.refs--
+	m.peer, m.ni = nil, nil
+	m.Hdr.DestNID = dst
+	m.Msg.Target = lnetwire.ProcessID{NID: dst, PID: m.Hdr.DestPID}
+	if m.Type == lnetwire.MsgGET && m.md != nil {
+		m.Sink = m.md.iov(0, int(m.Hdr.SinkLength)) // routing cleared it
+	}
+	dc := lp.disc()
+	dc.pendq.push(m)
+	in.disc.stats.MsgsHeld++
+	if dc.wait != nil || dc.queued {
+		return true
+	}
+	dc.queued = true
+	in.disc.stats.RoundsOnSend++
+	in.rc.wg.Add(1)
+	go in.discoverHeld(lp, gw)
+	return true
+}
+
 // discoverHeld runs the discovery round a held message started. A round
 // that ran on lp released lp's queue; one that did not (the instance
 // closed, discovery was turned off, or nid had moved to another peer

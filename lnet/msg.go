@@ -174,9 +174,13 @@ func (in *Instance) sendLocked(m *message, self lnetwire.NID) (sendResult, error
 	if in.holdForDiscoveryLocked(m) {
 		return sendQueued, nil // sent (or failed) when discovery ends
 	}
+	dst := m.Hdr.DestNID
 	if err := in.selectPathLocked(m, self); err != nil {
 		m.noResend = true
 		return sendFail, err
+	}
+	if in.holdForGatewayLocked(m, dst) {
+		return sendQueued, nil // selected again when the gateway is discovered
 	}
 	return in.postSendLocked(m)
 }

@@ -331,3 +331,49 @@ func TestPendqGatewayPingedByRouterChecker(t *testing.T) {
 		})
 	}
 }
+
+// TestPendqGatewayDiscoveredWithCheckerOff: with the router checker off,
+// a routed PUT first waits for the discovery of its destination (pinged
+// through the router), then, routed, for the discovery of its gateway
+// (lnet_handle_find_routed_path), and arrives; the gateway is then a
+// discovered Multi-Rail peer with both its NIDs. The next PUT waits for
+// nothing.
+func TestPendqGatewayDiscoveredWithCheckerOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := newRoutedTrioG(t, lnet.RouterConfig{}, lnd.Tunables{}, noChecker())
+		for _, in := range []*lnet.Instance{tr.a, tr.r, tr.b} {
+			in.SetDiscovery(true)
+		}
+		pendqSink(t, tr.b, tr.eqB)
+		idB := lnetwire.ProcessID{NID: rtB, PID: tr.b.PID()}
+		pendqPut(t, tr.a, tr.eqA, idB, 1)
+		synctest.Wait()
+		if s := tr.a.DiscoveryStats(); s.RoundsOnSend != 2 || s.Rounds != 2 || s.MsgsHeld != 2 {
+			t.Fatalf("A stats %+v: want the PUT held for B, then for the gateway", s)
+		}
+		st, lastErr, ok := tr.a.PeerDiscoveryState(rtR0)
+		want := lnet.PeerDiscovered | lnet.PeerNIDsUptodate | lnet.PeerMultiRail
+		if !ok || st&want != want || lastErr != nil {
+			t.Fatalf("gateway state %#x err %v (known %v)", st, lastErr, ok)
+		}
+		if p, _ := tr.a.PeerOf(rtR1); p.Primary != rtR0 || len(p.NIs) != 2 {
+			t.Fatalf("A's gateway peer %+v: want both of R's NIDs", p)
+		}
+		if evs := drain(t, tr.eqB); len(evs) != 1 || evs[0].Type != lnet.EventPut || evs[0].Status != nil {
+			t.Fatalf("B events %v", types(evs))
+		}
+		for _, ev := range drain(t, tr.eqA) {
+			if ev.Status != nil {
+				t.Fatalf("A event %s failed", evStr(ev))
+			}
+		}
+		pendqPut(t, tr.a, tr.eqA, idB, 2)
+		synctest.Wait()
+		if s := tr.a.DiscoveryStats(); s.MsgsHeld != 2 || s.Rounds != 2 {
+			t.Fatalf("A stats %+v: the second PUT waited", s)
+		}
+		if evs := drain(t, tr.eqB); len(evs) != 1 || evs[0].MatchBits != 2 {
+			t.Fatalf("B events after the second PUT %v", types(evs))
+		}
+	})
+}

@@ -177,7 +177,8 @@ func TestPushFromNonMRDropped(t *testing.T) {
 // TestMRInitiatorIsPrimary: a PUT from a Multi-Rail peer's secondary NID
 // matches an ME for the peer's primary NID, and its event names the
 // primary as initiator (lnet_parse's lnet_peer_primary_nid_locked), so
-// replies arriving over either rail reach the same MEs.
+// replies arriving over either rail reach the same MEs; its source is the
+// secondary NID it was sent from.
 func TestMRInitiatorIsPrimary(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := lndtest.New(lnetwire.SOCKLND)
@@ -215,6 +216,10 @@ func TestMRInitiatorIsPrimary(t *testing.T) {
 		evs := drain(t, eq)
 		if len(evs) != 1 || evs[0].Type != lnet.EventPut || evs[0].Initiator.NID != nidB || evs[0].Sender != nidB2 {
 			t.Fatalf("events %v", evs)
+		}
+		// Source is the NID it was sent from (ev->source), not the primary.
+		if evs[0].Source != nidB2 {
+			t.Fatalf("event source %v, want %v", evs[0].Source, nidB2)
 		}
 	})
 }

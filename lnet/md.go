@@ -176,7 +176,7 @@ func (in *Instance) unlinkEventLocked(md *libMD, d *delivery, status error) {
 		return
 	}
 	d.ev = Event{Type: EventUnlink, MDHandle: md.handle(), MD: md.user, Unlinked: true, Status: status,
-		Target: lnetwire.ProcessID{NID: lnetwire.NIDAny, PID: in.pid}, Initiator: lnetwire.ProcessID{NID: lnetwire.NIDAny, PID: in.pid}}
+		Target: lnetwire.ProcessID{NID: lnetwire.NIDAny, PID: in.pid}, Initiator: lnetwire.ProcessID{NID: lnetwire.NIDAny, PID: in.pid}, Source: lnetwire.NIDAny}
 	d.queueLocked(md)
 }
 

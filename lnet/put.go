@@ -47,7 +47,7 @@ func (in *Instance) Put(self lnetwire.NID, mdh MDHandle, ack AckReq, target lnet
 	}
 	m.Payload = md.iov(0, md.length)
 	m.ev = Event{
-		Type: EventSend, Target: target, Initiator: lnetwire.ProcessID{NID: self, PID: in.pid},
+		Type: EventSend, Target: target, Initiator: lnetwire.ProcessID{NID: self, PID: in.pid}, Source: self,
 		Portal: portal, MatchBits: matchBits, RLength: md.length, MLength: md.length, Offset: offset,
 		MDHandle: mdh, MD: md.user, HdrData: hdrData, Sender: lnetwire.NIDAny,
 	}
@@ -106,7 +106,7 @@ func (in *Instance) get(self lnetwire.NID, mdh MDHandle, target lnetwire.Process
 	}
 	m.Sink = md.iov(0, md.length)
 	m.ev = Event{
-		Type: EventSend, Target: target, Initiator: lnetwire.ProcessID{NID: self, PID: in.pid},
+		Type: EventSend, Target: target, Initiator: lnetwire.ProcessID{NID: self, PID: in.pid}, Source: self,
 		Portal: portal, MatchBits: matchBits, RLength: md.length, Offset: offset,
 		MDHandle: mdh, MD: md.user, Sender: lnetwire.NIDAny,
 	}

@@ -156,6 +156,7 @@ func (in *Instance) parse(lni *lnd.NI, hdr *lnetwire.Header, from lnetwire.NID, 
 	m.ev = Event{
 		Target:    lnetwire.ProcessID{NID: hdr.DestNID, PID: hdr.DestPID},
 		Initiator: lnetwire.ProcessID{NID: in.initiatorNIDLocked(hdr.SrcNID), PID: hdr.SrcPID}, // MR: primary NID
+		Source:    hdr.SrcNID,
 		Sender:    from,
 		MatchBits: hdr.MatchBits,
 		RLength:   rlen,
@@ -479,6 +480,7 @@ func (in *Instance) createReplyMsg(lni *lnd.NI, lget *lnd.Msg) (*lnd.Msg, error)
 		Type:      EventReply,
 		Target:    lnetwire.ProcessID{NID: get.Hdr.SrcNID, PID: get.Hdr.SrcPID},
 		Initiator: lnetwire.ProcessID{NID: get.Hdr.DestNID, PID: get.Hdr.DestPID},
+		Source:    get.Hdr.DestNID,
 		Sender:    get.Msg.Target.NID,
 		RLength:   m.mlen,
 		MLength:   m.mlen,

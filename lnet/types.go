@@ -140,8 +140,14 @@ type Event struct {
 	// Target is the process the operation was aimed at (local for
 	// incoming operations, the remote for SEND).
 	Target lnetwire.ProcessID
-	// Initiator is the process that started the operation.
+	// Initiator is the process that started the operation (for incoming
+	// operations, a Multi-Rail peer's primary NID).
 	Initiator lnetwire.ProcessID
+	// Source is, for incoming operations, the NID the initiator sent the
+	// message from (the header's source NID, Lustre's ev->source: one of
+	// the initiator's NIDs, not necessarily its primary); for SEND it
+	// is the local NID, as Initiator.
+	Source lnetwire.NID
 	// Sender is the peer NI the message arrived from (previous hop).
 	Sender    lnetwire.NID
 	Portal    int

@@ -445,12 +445,12 @@ func (rb *reqBuffers) event(ev *lnet.Event) {
 		rb.e.cnt.rpcsRcvd.Add(1)
 		if ev.Status != nil || ev.MLength != MsgSize || ev.RLength != MsgSize {
 			rb.e.cnt.rpcsDropped.Add(1)
-			rb.e.log.Info("selftest: request dropped: not one srpc_msg", "from", rb.e.source(ev),
+			rb.e.log.Info("selftest: request dropped: not one srpc_msg", "from", source(ev),
 				"portal", rb.portal, "service", ev.MatchBits, "length", ev.RLength, "err", ev.Status)
 		} else {
 			bp := reqCopies.Get().(*[]byte)
 			copy(*bp, ev.MD.Start[ev.Offset:ev.Offset+MsgSize])
-			go rb.serve(bp, rpcPeer{peer: rb.e.source(ev), self: ev.Target.NID}, ev.MatchBits)
+			go rb.serve(bp, rpcPeer{peer: source(ev), self: ev.Target.NID}, ev.MatchBits)
 		}
 	}
 	if ev.Unlinked {
@@ -464,8 +464,8 @@ func (rb *reqBuffers) event(ev *lnet.Event) {
 // kernel's srpc_server_rpc keeps them (srpc_lnet_ev_handler fills them
 // from the request's event; srpc_send_reply and srpc_do_bulk use them):
 // the process that sent the request (srpc_peer, ev->source: the
-// header's source NID, not the Multi-Rail primary that ev->initiator
-// and softib's Event.Initiator carry) and the local NID the request was
+// header's source NID, Event.Source, not the Multi-Rail primary that
+// ev->initiator and Event.Initiator carry) and the local NID the request was
 // sent to (srpc_self, ev->target.nid), which the reply and bulk leave
 // from. Where that NID's rail has failed (a Multi-Rail link down) the
 // kernel's reply or bulk fails with it; softib's is sent once more from
@@ -478,26 +478,13 @@ type rpcPeer struct {
 // String is the peer's, for logs.
 func (p rpcPeer) String() string { return p.peer.String() }
 
-// source is the kernel's ev->source of a received request: the NID it
-// was sent from. lnet.Event carries the sender's primary NID
-// (Initiator) and the previous hop (Sender); the previous hop is the
-// source when it is one of the initiator's own NIs (the request came
-// straight from it, Multi-Rail from whichever rail). Otherwise a router
-// forwarded it, and the event does not say which of the initiator's NIDs
-// sent it: the primary is used (replies then go to the same peer, the
-// selection picking its NI).
-func (e *endpoint) source(ev *lnet.Event) lnetwire.ProcessID {
+// source is the kernel's ev->source of a received request: the
+// initiator's process, at the NID it sent the request from (one of its
+// NIDs, not necessarily the Multi-Rail primary Initiator carries).
+func source(ev *lnet.Event) lnetwire.ProcessID {
 	src := ev.Initiator
-	if ev.Sender == src.NID || ev.Sender == lnetwire.NIDAny {
-		return src
-	}
-	if pd, ok := e.in.PeerOf(src.NID); ok {
-		for _, ni := range pd.NIs {
-			if ni.NID == ev.Sender {
-				src.NID = ev.Sender
-				break
-			}
-		}
+	if ev.Source != lnetwire.NIDAny && ev.Source != 0 {
+		src.NID = ev.Source
 	}
 	return src
 }

@@ -25,7 +25,7 @@ type pkg struct {
 
 // internal packages every layer may use: they depend on nothing of
 // softib's layers (checked by their own rules below).
-var base = []string{"softib/internal/seqnum", "softib/internal/stats", "softib/internal/pool", "softib/internal/pcap"}
+var base = []string{"softib/internal/seqnum", "softib/internal/stats", "softib/internal/pool", "softib/internal/pcap", "softib/internal/peercred"}
 
 func with(extra ...string) []string { return append(append([]string{}, base...), extra...) }
 
@@ -38,6 +38,7 @@ var rules = map[string][]string{
 	"softib/internal/stats":      nil,
 	"softib/internal/pool":       nil,
 	"softib/internal/pcap":       nil,
+	"softib/internal/peercred":   nil,
 	"softib/internal/testenv":    nil,
 	"softib/internal/testaddr":   nil,
 	"softib/internal/leakcheck":  nil,

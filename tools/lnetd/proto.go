@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"softib/internal/peercred"
 )
 
 // The control protocol between softib lnetctl and lnetd runs over a
@@ -223,7 +225,7 @@ func peerAllowed(c net.Conn) (int, bool) {
 	if !ok {
 		return os.Getuid(), true // in-memory pipes in tests
 	}
-	uid, ok := peerUID(uc)
+	uid, ok := peercred.UID(uc)
 	if !ok {
 		return -1, false
 	}

@@ -1,4 +1,4 @@
-package lnetd
+package peercred
 
 import (
 	"net"
@@ -6,9 +6,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// peerUID returns the uid the peer of a Unix socket connected with
-// (SO_PEERCRED).
-func peerUID(c *net.UnixConn) (int, bool) {
+// UID returns the uid the peer of c connected with (SO_PEERCRED), and
+// false when it cannot be read.
+func UID(c *net.UnixConn) (int, bool) {
 	raw, err := c.SyscallConn()
 	if err != nil {
 		return -1, false

@@ -367,11 +367,16 @@ func testRCSRQ(t *testing.T, p Pair) {
 	}
 }
 
-func testUD(t *testing.T, p Pair) {
-	a, b := newEnd(t, p.A, verbs.QPTypeUD, false, verbs.AccessLocalWrite), newEnd(t, p.B, verbs.QPTypeUD, false, verbs.AccessLocalWrite)
-	const qkey = 0x11111111
+// udQKey is the Q_Key of the UD cases' QPs.
+const udQKey = 0x11111111
+
+// udEnds makes a UD QP on each device of p and brings both to RTS with
+// udQKey.
+func udEnds(t *testing.T, p Pair) (a, b *end) {
+	t.Helper()
+	a, b = newEnd(t, p.A, verbs.QPTypeUD, false, verbs.AccessLocalWrite), newEnd(t, p.B, verbs.QPTypeUD, false, verbs.AccessLocalWrite)
 	for _, e := range []*end{a, b} {
-		if err := e.qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1, QKey: qkey},
+		if err := e.qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1, QKey: udQKey},
 			verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrQKey); err != nil {
 			t.Fatal(err)
 		}
@@ -382,6 +387,11 @@ func testUD(t *testing.T, p Pair) {
 			t.Fatal(err)
 		}
 	}
+	return a, b
+}
+
+func testUD(t *testing.T, p Pair) {
+	a, b := udEnds(t, p)
 	ah, err := a.pd.CreateAH(&verbs.AHAttr{IsGlobal: true, PortNum: 1, DPort: p.PeerPort,
 		GRH: verbs.GlobalRoute{DGID: b.gid, SGIDIndex: uint8(a.gidx), HopLimit: 64}})
 	if err != nil {
@@ -391,7 +401,7 @@ func testUD(t *testing.T, p Pair) {
 	fill(a.mr.Buf()[:512], 5)
 	postRecv(t, b.qp, 3, b.mr.SGE(0, 40+512))
 	post(t, a.qp, verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.mr.SGE(0, 512)},
-		AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: qkey})
+		AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: udQKey})
 	waitOK(t, a.scq, verbs.WCSend)
 	wc := waitOK(t, b.rcq, verbs.WCRecv)
 	if wc.ByteLen != 40+512 || wc.SrcQP != a.qp.QPN() || wc.Flags&verbs.WCFlagGRH == 0 {
@@ -573,20 +583,7 @@ func optional(t *testing.T, what string, err error) bool {
 // refuses it with ErrNotSupported (ibverbs: libibverbs has no such verb).
 // The modified AH still reaches the peer, with the new attributes.
 func testModifyAH(t *testing.T, p Pair) {
-	a, b := newEnd(t, p.A, verbs.QPTypeUD, false, verbs.AccessLocalWrite), newEnd(t, p.B, verbs.QPTypeUD, false, verbs.AccessLocalWrite)
-	const qkey = 0x11111111
-	for _, e := range []*end{a, b} {
-		if err := e.qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1, QKey: qkey},
-			verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrQKey); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTR}, verbs.QPAttrState); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: 1}, verbs.QPAttrState|verbs.QPAttrSQPSN); err != nil {
-			t.Fatal(err)
-		}
-	}
+	a, b := udEnds(t, p)
 	attr := verbs.AHAttr{IsGlobal: true, PortNum: 1, DPort: p.PeerPort,
 		GRH: verbs.GlobalRoute{DGID: b.gid, SGIDIndex: uint8(a.gidx), HopLimit: 64}}
 	ah, err := a.pd.CreateAH(&attr)
@@ -603,7 +600,7 @@ func testModifyAH(t *testing.T, p Pair) {
 	}
 	postRecv(t, b.qp, 1, b.mr.SGE(0, 40+64))
 	post(t, a.qp, verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.mr.SGE(0, 64)},
-		AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: qkey})
+		AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: udQKey})
 	waitOK(t, a.scq, verbs.WCSend)
 	waitOK(t, b.rcq, verbs.WCRecv)
 }

@@ -104,11 +104,15 @@ func testConnsPerPeerTunable(t *testing.T) {
 }
 
 // TestConnsPerPeerRace: two nodes with conns_per_peer 3 send to each
-// other at once, so both open three connections at the same time. The
-// higher NID wins every race (the lower one's requests are rejected
-// with CONN_RACE and not retried, since the winner's connections come
-// up), and both end with the same three connections, every message
-// delivered.
+// other at once, so both open three connections at the same time.
+// Lustre's rule (kiblnd_passive_connect): a node that is still connecting
+// rejects a lower NID's request with CONN_RACE, one that is not accepts
+// it. So the higher NID's three connections always come up, and each of
+// the lower NID's is refused (a race) or, when it arrives after the
+// higher NID's three are all up, accepted (and the lower NID opens none
+// when the higher's are up before it starts): both sides end with the
+// same 3 to 6 connections, every message delivered. Which of those
+// happens is timing (under -race most runs: exactly 3 and three races).
 func TestConnsPerPeerRace(t *testing.T) { sim(t, 122, testConnsPerPeerRace) }
 
 func testConnsPerPeerRace(t *testing.T) {
@@ -125,25 +129,19 @@ func testConnsPerPeerRace(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	for _, x := range []*node{a, b} {
-		peer := b
-		if x == b {
-			peer = a
-		}
-		if n := x.drv().Conns(peer.nid); n != 3 {
-			t.Fatalf("%s has %d connections to %s, want 3", x.nid, n, peer.nid)
-		}
-		spread(t, x, peer, 3)
+	n, m := lo.drv().Conns(hi.nid), hi.drv().Conns(lo.nid)
+	if n != m || n < 3 || n > 6 {
+		t.Fatalf("%s has %d connections to %s, which has %d back; want the same 3 to 6", lo.nid, n, hi.nid, m)
+	}
+	if n == 3 {
+		spread(t, lo, hi, 3)
+		spread(t, hi, lo, 3)
 	}
 	los, his := lo.drv().Stats(), hi.drv().Stats()
-	t.Logf("races: lower NID saw %d, higher %d; rejects sent by the higher NID %d",
-		los.Races.Load(), his.Races.Load(), his.RejectsSent[1].Load())
-	if los.Races.Load() == 0 {
-		t.Fatal("no race: both sides did not connect at once")
-	}
-	if hi.drv().Stats().ConnsEstablished.Load() != 3 || lo.drv().Stats().ConnsEstablished.Load() != 3 {
-		t.Fatalf("established: lower %d, higher %d; want 3 each (only the higher NID's)",
-			lo.drv().Stats().ConnsEstablished.Load(), hi.drv().Stats().ConnsEstablished.Load())
+	t.Logf("%d connections; races: lower NID saw %d, higher %d; rejects sent by the higher NID %d; messages per connection %v and %v",
+		n, los.Races.Load(), his.Races.Load(), his.RejectsSent[1].Load(), lo.drv().ConnSends(hi.nid), hi.drv().ConnSends(lo.nid))
+	if his.ConnsEstablished.Load() != uint64(n) || los.ConnsEstablished.Load() != uint64(n) {
+		t.Fatalf("established: lower %d, higher %d; want %d each", los.ConnsEstablished.Load(), his.ConnsEstablished.Load(), n)
 	}
 }
 

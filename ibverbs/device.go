@@ -77,8 +77,8 @@ func (provider) Open(cfg verbs.DeviceConfig) (verbs.Device, error) {
 	if cfg.Port != 0 && cfg.Port != 4791 {
 		return nil, fmt.Errorf("%w: a kernel RDMA device uses UDP port 4791 (DeviceConfig.Port %d)", verbs.ErrNotSupported, cfg.Port)
 	}
-	if cfg.BusyPoll || cfg.NoRxCoalescing || cfg.FixedSourcePort || cfg.NetMTU != 0 || cfg.RxShards != 0 {
-		return nil, fmt.Errorf("%w: BusyPoll, NoRxCoalescing, RxShards, FixedSourcePort and NetMTU are Soft-RoCE settings; a kernel device takes them from its driver and netdev", verbs.ErrNotSupported)
+	if cfg.BusyPoll || cfg.NoRxCoalescing || cfg.FixedSourcePort || cfg.NetMTU != 0 || cfg.RxShards != 0 || cfg.ECN {
+		return nil, fmt.Errorf("%w: BusyPoll, NoRxCoalescing, RxShards, FixedSourcePort, NetMTU and ECN are Soft-RoCE settings; a kernel device takes them from its driver and netdev", verbs.ErrNotSupported)
 	}
 	if cfg.Capture != nil {
 		return nil, fmt.Errorf("%w: packet capture of a kernel RDMA device (use tcpdump/tshark on its netdev, or rdma-core's ibdump for ConnectX)", verbs.ErrNotSupported)

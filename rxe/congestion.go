@@ -3,7 +3,6 @@ package rxe
 import (
 	"fmt"
 	"math"
-	"sync/atomic"
 	"time"
 
 	"softib/udp"
@@ -227,6 +226,9 @@ func (c *ECNConfig) withDefaults() error {
 // creates for the received traffic class. A given Conn (udptest) reports
 // none: its packets are never CE, so the notification point stays idle.
 func (c *Config) prepareECN(uc *udp.Config) error {
+	if c.DeviceConfig.ECN {
+		c.ECN.Enable = true // verbs.DeviceConfig.ECN: on, with the defaults
+	}
 	if err := c.ECN.withDefaults(); err != nil {
 		return err
 	}
@@ -513,30 +515,6 @@ func (q *QP) ccDeadline() int64 {
 		return 0
 	}
 	return q.cc.rp.deadline()
-}
-
-// providerECN is the congestion-signalling configuration of devices the
-// "rxe" verbs provider opens (verbs.Open), whose verbs.DeviceConfig has
-// no field for it: tools set it from their --ecn flag.
-var providerECN atomic.Pointer[ECNConfig]
-
-// SetProviderECN sets the ECN configuration of the devices verbs.Open
-// opens with the "rxe" provider from now on (rxe.Open takes Config.ECN
-// instead). A configuration Open would refuse is refused here.
-func SetProviderECN(c ECNConfig) error {
-	if err := c.withDefaults(); err != nil {
-		return err
-	}
-	providerECN.Store(&c)
-	return nil
-}
-
-// providerECNConfig returns what SetProviderECN set (zero: off).
-func providerECNConfig() ECNConfig {
-	if c := providerECN.Load(); c != nil {
-		return *c
-	}
-	return ECNConfig{}
 }
 
 // ECN returns the device's congestion-signalling configuration, defaults

@@ -243,7 +243,7 @@ func (c *Config) withDefaults() Config {
 type provider struct{}
 
 func (provider) Open(cfg verbs.DeviceConfig) (verbs.Device, error) {
-	return Open(Config{DeviceConfig: cfg, ECN: providerECNConfig()}) // SetProviderECN
+	return Open(Config{DeviceConfig: cfg})
 }
 
 func init() { verbs.Register("rxe", provider{}) }

@@ -43,6 +43,12 @@ type DeviceConfig struct {
 	// peer QP's source port) on one. 0 means GOMAXPROCS on Linux, 1
 	// elsewhere; a count the device cannot honour fails Open.
 	RxShards int
+	// ECN turns on RoCEv2 congestion signalling on a Soft-RoCE device
+	// (ECT(0) on every packet, CNPs for CE-marked ones, a DCQCN rate
+	// limiter per QP, with rxe.ECNConfig's defaults). Off by default, as
+	// on Linux rxe; a kernel device's congestion control is its driver's
+	// (the ibverbs provider refuses it).
+	ECN bool
 	// FixedSourcePort makes every packet leave from the device's own UDP
 	// port. By default (false) each QP sends from the source port Linux
 	// rxe would use (0xC000 + a hash of the QPN, or of the connected QPN

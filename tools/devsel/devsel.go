@@ -17,7 +17,6 @@ import (
 	"strings"
 	"syscall"
 
-	"softib/rxe"
 	"softib/verbs"
 )
 
@@ -125,16 +124,12 @@ func (o *Options) RegisterCM(fs *flag.FlagSet, addrFallback string) {
 	o.registerECN(fs)
 }
 
-// setECN hands --ecn to the rxe provider (rxe.SetProviderECN: verbs'
-// DeviceConfig has no field for it), or refuses it for another provider.
-func (o *Options) setECN(provider string) error {
-	if !o.ECN {
-		return nil
-	}
-	if provider != "rxe" {
+// checkECN refuses --ecn for a provider other than rxe, naming why.
+func (o *Options) checkECN(provider string) error {
+	if o.ECN && provider != "rxe" {
 		return fmt.Errorf("--ecn: provider %q does not take it (only rxe, softib's Soft-RoCE; a kernel device's congestion control is the driver's)", provider)
 	}
-	return rxe.SetProviderECN(rxe.ECNConfig{Enable: true})
+	return nil
 }
 
 // Port returns the IB port number (1 when unset).
@@ -261,7 +256,7 @@ func (o *Options) Config() (verbs.DeviceConfig, error) {
 		}
 		return verbs.DeviceConfig{}, fmt.Errorf("--provider %q: not in this build%s; providers: %s", prov, hint, strings.Join(verbs.Providers(), ", "))
 	}
-	cfg := verbs.DeviceConfig{Provider: prov, Name: o.Name, Addr: a, Port: uint16(o.UDPPort), NetMTU: o.NetMTU, BusyPoll: o.BusyPoll, NoRxCoalescing: o.NoRxCoalescing, RxShards: o.RxShards}
+	cfg := verbs.DeviceConfig{Provider: prov, Name: o.Name, Addr: a, Port: uint16(o.UDPPort), NetMTU: o.NetMTU, BusyPoll: o.BusyPoll, NoRxCoalescing: o.NoRxCoalescing, RxShards: o.RxShards, ECN: o.ECN}
 	if prov != "rxe" {
 		// A kernel device: the name, or an address given, picks it (the
 		// provider refuses the Soft-RoCE socket settings).
@@ -282,7 +277,7 @@ func (o *Options) Open() (verbs.Device, error) {
 	if err := CaptureConfig(&cfg); err != nil {
 		return nil, err
 	}
-	if err := o.setECN(cfg.Provider); err != nil {
+	if err := o.checkECN(cfg.Provider); err != nil {
 		return nil, err
 	}
 	dev, err := verbs.Open(cfg)

@@ -28,7 +28,6 @@ func TestECNFlag(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	defer rxe.SetProviderECN(rxe.ECNConfig{}) // the process default back to off
 	if c := d.(*rxe.Device).ECN(); !c.Enable || c.MinTimeBetweenCNPs == 0 {
 		t.Fatalf("device ECN config %+v", c)
 	}

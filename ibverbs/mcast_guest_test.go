@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"softib/ibverbs"
+	"softib/internal/verbstest"
 	"softib/verbs"
 )
 
@@ -135,28 +136,9 @@ func TestMcastGuest(t *testing.T) {
 	defer ipg.Close()
 	say("ready %d", qp.QPN())
 
-	poll := func(k int) []verbs.WC {
-		t.Helper()
-		var out []verbs.WC
-		wcs := make([]verbs.WC, 16)
-		for deadline := time.Now().Add(time.Minute); len(out) < k; {
-			m, err := cq.Poll(wcs[:min(len(wcs), k-len(out))])
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, wcs[:m]...)
-			if m == 0 {
-				if time.Now().After(deadline) {
-					t.Fatalf("%d of %d completions after a minute: %+v", len(out), k, out)
-				}
-				time.Sleep(time.Millisecond)
-			}
-		}
-		return out
-	}
 	expect("sent")
 	h4, g4 := hostIP.As4(), g1.As4()
-	for k, wc := range poll(n) {
+	for k, wc := range verbstest.WaitWC(t, cq, n) {
 		if wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCRecv || wc.WRID != uint64(k) || wc.ByteLen != uint32(slot) || wc.Flags&verbs.WCFlagGRH == 0 {
 			t.Fatalf("receive %d: %+v", k, wc)
 		}
@@ -176,7 +158,7 @@ func TestMcastGuest(t *testing.T) {
 	}
 	say("detached")
 	expect("fenced")
-	if wc := poll(1)[0]; wc.Status != verbs.WCSuccess || wc.Flags&verbs.WCFlagWithImm == 0 || wc.ImmData != 0xFE {
+	if wc := verbstest.WaitOne(t, cq); wc.Status != verbs.WCSuccess || wc.Flags&verbs.WCFlagWithImm == 0 || wc.ImmData != 0xFE {
 		t.Fatalf("after detach the next completion is %+v, want the unicast datagram with immediate 0xFE (a group datagram reached the detached QP)", wc)
 	}
 
@@ -194,7 +176,7 @@ func TestMcastGuest(t *testing.T) {
 			SGL: []verbs.SGE{mr.SGE((n+1+k)*slot, size)}, AH: ah, RemoteQPN: verbs.MulticastQPN, RemoteQKey: mcastQKey}}); err != nil {
 			t.Fatal(err)
 		}
-		if wc := poll(1)[0]; wc.Status != verbs.WCSuccess || wc.WRID != uint64(100+k) {
+		if wc := verbstest.WaitOne(t, cq); wc.Status != verbs.WCSuccess || wc.WRID != uint64(100+k) {
 			t.Fatalf("send %d: %+v", k, wc)
 		}
 	}

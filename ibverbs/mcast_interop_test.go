@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"softib/internal/netns"
+	"softib/internal/verbstest"
 	"softib/interop/vm"
 	"softib/interop/vmtest"
 	"softib/verbs"
@@ -80,32 +81,13 @@ func mcastInterop(ctx context.Context, t *testing.T, v *vm.VM) {
 	if err := verbs.AttachMcast(qp, verbs.GIDFromAddr(g2), 0); err != nil {
 		t.Fatal(err)
 	}
-	poll := func(k int) []verbs.WC {
-		t.Helper()
-		var out []verbs.WC
-		wcs := make([]verbs.WC, 16)
-		for deadline := time.Now().Add(time.Minute); len(out) < k; {
-			m, err := cq.Poll(wcs[:min(len(wcs), k-len(out))])
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, wcs[:m]...)
-			if m == 0 {
-				if time.Now().After(deadline) {
-					t.Fatalf("%d of %d completions after a minute: %+v", len(out), k, out)
-				}
-				time.Sleep(time.Millisecond)
-			}
-		}
-		return out
-	}
 	send := func(id uint64, ah verbs.AH, qpn uint32, off, length int, op verbs.WROpcode, imm uint32) {
 		t.Helper()
 		if _, err := qp.PostSend([]verbs.SendWR{{ID: id, Opcode: op, ImmData: imm, Flags: verbs.SendSignaled,
 			SGL: []verbs.SGE{mr.SGE(off, length)}, AH: ah, RemoteQPN: qpn, RemoteQKey: mcastQKey}}); err != nil {
 			t.Fatal(err)
 		}
-		if wc := poll(1)[0]; wc.Status != verbs.WCSuccess || wc.WRID != id {
+		if wc := verbstest.WaitOne(t, cq); wc.Status != verbs.WCSuccess || wc.WRID != id {
 			t.Fatalf("send %d: %+v", id, wc)
 		}
 	}
@@ -184,7 +166,7 @@ func mcastInterop(ctx context.Context, t *testing.T, v *vm.VM) {
 	// Guest -> host through G2.
 	expect("sent2")
 	gs, dst := guest.As4(), g2.As4()
-	for k, wc := range poll(n) {
+	for k, wc := range verbstest.WaitWC(t, cq, n) {
 		if wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCRecv || wc.WRID != uint64(k) || wc.ByteLen != uint32(slot) {
 			fail("host receive %d: %+v", k, wc)
 		}

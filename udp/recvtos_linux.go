@@ -42,25 +42,13 @@ func setRecvTOS(fd int, is6 bool) error {
 }
 
 // recvClass returns the TOS byte or traffic class in control data b, or
-// 0 if b has none. It walks the cmsgs in place, without allocating.
+// 0 if b has none.
 func recvClass(b []byte) uint8 {
-	for len(b) >= cmsgHdrLen {
-		h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
-		l := int(h.Len)
-		if l < cmsgHdrLen || l > len(b) {
-			return 0
-		}
-		switch {
-		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_TOS && l >= cmsgHdrLen+1:
-			return b[cmsgHdrLen]
-		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_TCLASS && l >= cmsgHdrLen+4:
-			return uint8(*(*int32)(unsafe.Pointer(&b[cmsgHdrLen])))
-		}
-		l = cmsgAlign(l)
-		if l > len(b) {
-			return 0
-		}
-		b = b[l:]
+	if d := cmsgData(b, unix.IPPROTO_IP, unix.IP_TOS); len(d) >= 1 {
+		return d[0]
+	}
+	if d := cmsgData(b, unix.IPPROTO_IPV6, unix.IPV6_TCLASS); len(d) >= 4 {
+		return uint8(*(*int32)(unsafe.Pointer(&d[0])))
 	}
 	return 0
 }

@@ -334,24 +334,33 @@ func putGSOCmsg(b []byte, segSize uint16) {
 }
 
 // groSize returns the UDP_GRO segment size in control data b, or 0.
-// It walks the cmsgs in place (unix.ParseSocketControlMessage allocates).
 func groSize(b []byte) int {
+	if d := cmsgData(b, unix.IPPROTO_UDP, unix.UDP_GRO); len(d) >= 4 {
+		return int(*(*int32)(unsafe.Pointer(&d[0])))
+	}
+	return 0
+}
+
+// cmsgData returns the data of the first control message of the given
+// level and type in control data b, or nil. It walks the cmsgs in place
+// (unix.ParseSocketControlMessage allocates) and stops at a malformed one.
+func cmsgData(b []byte, level, typ int32) []byte {
 	for len(b) >= cmsgHdrLen {
 		h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
 		l := int(h.Len)
 		if l < cmsgHdrLen || l > len(b) {
-			return 0
+			return nil
 		}
-		if h.Level == unix.IPPROTO_UDP && h.Type == unix.UDP_GRO && l >= cmsgHdrLen+4 {
-			return int(*(*int32)(unsafe.Pointer(&b[cmsgHdrLen])))
+		if h.Level == level && h.Type == typ {
+			return b[cmsgHdrLen:l]
 		}
 		l = cmsgAlign(l)
 		if l > len(b) {
-			return 0
+			return nil
 		}
 		b = b[l:]
 	}
-	return 0
+	return nil
 }
 
 func cmsgAlign(n int) int {

@@ -2,6 +2,7 @@ package roce
 
 import (
 	"encoding/binary"
+	"hash/crc32"
 	"net/netip"
 )
 
@@ -9,14 +10,19 @@ import (
 // between two endpoints, as far as the ICRC covers them, so that a sender
 // (or a receiver on an ordinary UDP socket, which never sees the IP header)
 // can compute the ICRC without the real header. It holds a pre-masked
-// header template; computing an ICRC copies it to the stack and patches the
-// two length fields, so it allocates nothing. An Encap is immutable after
+// header template and the CRC state over it with both length fields zero;
+// computing an ICRC continues from that state (see ICRC), so it allocates
+// nothing and does not run the CRC over the headers per packet. An Encap is immutable after
 // NewEncap except through SetIPv4ID; it is safe for concurrent use as long
 // as nobody calls SetIPv4ID concurrently.
 type Encap struct {
 	v6     bool
 	cfg    EncapConfig
-	prefix [v6Prefix]byte // FF×8 ‖ masked IP ‖ UDP with masked checksum; lengths patched per packet
+	prefix [v6Prefix]byte // FF×8 ‖ masked IP ‖ UDP with masked checksum; length fields zero
+	// hdrCRC is crc32.Update(0, IEEE, prefix up to the BTH): the CRC of
+	// the per-peer constant part of the ICRC input, with the IP and UDP
+	// length fields zero (ICRC adds their contribution per packet).
+	hdrCRC uint32
 }
 
 // EncapConfig configures NewEncap.
@@ -86,7 +92,17 @@ func NewEncap(c EncapConfig) (Encap, error) {
 	binary.BigEndian.PutUint16(udp[0:], c.Src.Port())
 	binary.BigEndian.PutUint16(udp[2:], c.Dst.Port())
 	udp[6], udp[7] = 0xFF, 0xFF
+	e.setHdrCRC()
 	return e, nil
+}
+
+// setHdrCRC recomputes hdrCRC after the template changed.
+func (e *Encap) setHdrCRC() {
+	if e.v6 {
+		e.hdrCRC = crcSlicing8(0, e.prefix[:v6BTH])
+		return
+	}
+	e.hdrCRC = crcSlicing8(0, e.prefix[:v4BTH])
 }
 
 // Config returns the configuration (with defaults filled in).
@@ -99,6 +115,7 @@ func (e *Encap) IsIPv6() bool { return e.v6 }
 func (e *Encap) SetIPv4ID(id uint16) {
 	e.cfg.IPv4ID = id
 	binary.BigEndian.PutUint16(e.prefix[v4IP+4:], id)
+	e.setHdrCRC()
 }
 
 // HeaderLen returns the IP + UDP header length in front of each packet.
@@ -112,27 +129,31 @@ func (e *Encap) HeaderLen() int {
 // ICRC returns the ICRC of pkt, a RoCEv2 UDP payload (BTH through the
 // 4-byte ICRC trailer, whose contents are ignored). It returns 0 if pkt is
 // shorter than BTH + ICRC.
+//
+// The CRC over FF×8 ‖ IP header ‖ UDP header is not run per packet: the
+// only fields there that vary between packets of one Encap are the IP
+// total (IPv6 payload) length and the UDP length, and CRC-32 is affine
+// over GF(2), so the CRC of the headers with their real lengths is
+// hdrCRC (lengths zero) XOR the contribution of each length byte, which
+// depends only on the byte and on how many bytes follow it in the
+// headers (lenContrib, tabled). The BTH is then taken from pkt directly
+// with its byte 4 (FECN, BECN, reserved) read as all ones, and the rest
+// of the packet goes through hash/crc32. ICRCv4/ICRCv6 compute the same
+// value the straightforward way from real headers; the tests compare the
+// two over lengths, addresses, IDs and contents.
 func (e *Encap) ICRC(pkt []byte) uint32 {
 	if len(pkt) < MinPacketLen {
 		return 0
 	}
 	udpLen := uint16(UDPHeaderLen + len(pkt))
+	crc := e.hdrCRC ^ lenContrib(udpLen, lenUDP)
 	if e.v6 {
-		var buf [v6Prefix]byte
-		copy(buf[:v6BTH], e.prefix[:v6BTH])
-		binary.BigEndian.PutUint16(buf[v6IP+4:], udpLen) // payload length
-		binary.BigEndian.PutUint16(buf[v6UDP+4:], udpLen)
-		copy(buf[v6BTH:], pkt[:BTHSize])
-		buf[v6BTH+bthResv8a] = 0xFF
-		return finishICRC(buf[:], pkt)
+		crc ^= lenContrib(udpLen, lenIPv6) // payload length
+	} else {
+		crc ^= lenContrib(IPv4HeaderLen+udpLen, lenIPv4) // total length
 	}
-	var buf [v4Prefix]byte
-	copy(buf[:v4BTH], e.prefix[:v4BTH])
-	binary.BigEndian.PutUint16(buf[v4IP+2:], IPv4HeaderLen+udpLen) // total length
-	binary.BigEndian.PutUint16(buf[v4UDP+4:], udpLen)
-	copy(buf[v4BTH:], pkt[:BTHSize])
-	buf[v4BTH+bthResv8a] = 0xFF
-	return finishICRC(buf[:], pkt)
+	crc = crcBTH(crc, pkt)
+	return crc32.Update(crc, crc32.IEEETable, pkt[BTHSize:len(pkt)-ICRCSize])
 }
 
 // SetICRC computes the ICRC of pkt and stores it in pkt's last 4 bytes

@@ -139,6 +139,67 @@ func crcSlicing8(crc uint32, p []byte) uint32 {
 	return ^crc
 }
 
+// Length-field contributions for Encap.ICRC. A 16-bit big-endian length
+// field whose low byte is followed by d bytes of the header CRC input
+// (up to the BTH) adds, when it changes from 0 to v, the CRC of v's two
+// bytes followed by d zero bytes with a zero register (CRC-32 without
+// its initial and final inversion is linear; see icrc_ipid.go).
+const (
+	lenUDP  = iota // UDP length: 2 bytes follow it (the masked checksum)
+	lenIPv4        // IPv4 total length: 24 bytes follow (IP bytes 4..19, UDP)
+	lenIPv6        // IPv6 payload length: 42 bytes follow (IP bytes 6..39, UDP)
+)
+
+// lenTail is the number of header bytes after each field's low byte.
+var lenTail = [3]int{
+	lenUDP:  UDPHeaderLen - 6,
+	lenIPv4: IPv4HeaderLen - 4 + UDPHeaderLen,
+	lenIPv6: IPv6HeaderLen - 6 + UDPHeaderLen,
+}
+
+// lenTables[f][0][b] is the contribution of the high byte b of field f,
+// lenTables[f][1][b] that of its low byte.
+var lenTables = func() (t [3][2][256]uint32) {
+	for f, d := range lenTail {
+		for b := range 256 {
+			t[f][0][b] = crcShiftZeros(crcTables[0][b], d+1)
+			t[f][1][b] = crcShiftZeros(crcTables[0][b], d)
+		}
+	}
+	return t
+}()
+
+// crcShiftZeros feeds n zero bytes through a raw (uninverted) CRC
+// register.
+func crcShiftZeros(crc uint32, n int) uint32 {
+	for range n {
+		crc = crcTables[0][crc&0xFF] ^ crc>>8
+	}
+	return crc
+}
+
+// lenContrib returns what length field f holding v adds to the CRC of the
+// headers computed with the field zero.
+func lenContrib(v uint16, f int) uint32 {
+	t := &lenTables[f]
+	return t[0][v>>8] ^ t[1][v&0xFF]
+}
+
+// crcBTH continues crc (crc32.Update's convention) over pkt's 12-byte
+// BTH with byte 4 (FECN, BECN, reserved) read as 0xFF, straight from pkt:
+// one slicing-by-8 step and one slicing-by-4 step, no masked copy.
+func crcBTH(crc uint32, pkt []byte) uint32 {
+	_ = pkt[BTHSize-1]
+	t := &crcTables
+	w := binary.LittleEndian.Uint64(pkt) | 0xFF<<(8*bthResv8a)
+	crc = ^crc ^ uint32(w)
+	crc = t[7][crc&0xFF] ^ t[6][crc>>8&0xFF] ^ t[5][crc>>16&0xFF] ^ t[4][crc>>24] ^
+		t[3][byte(w>>32)] ^ t[2][byte(w>>40)] ^ t[1][byte(w>>48)] ^ t[0][byte(w>>56)]
+	crc ^= binary.LittleEndian.Uint32(pkt[8:])
+	crc = t[3][crc&0xFF] ^ t[2][crc>>8&0xFF] ^ t[1][crc>>16&0xFF] ^ t[0][crc>>24]
+	return ^crc
+}
+
 // putICRC stores icrc little-endian in the last 4 bytes of pkt.
 func putICRC(pkt []byte, icrc uint32) {
 	binary.LittleEndian.PutUint32(pkt[len(pkt)-ICRCSize:], icrc)

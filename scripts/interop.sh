@@ -115,7 +115,12 @@ if [ -z "${INTEROP_CASES:-}" ]; then
 	# as perftest's clock calibration, live in the tests themselves.)
 	if [ "$grc" != 0 ]; then
 		echo "== interop: failures:"
-		grep -E -A40 -- '--- FAIL' "$art/go-interop.log" | head -300
+		grep -E -A40 -- '--- FAIL' "$art/go-interop.log" | head -150
+		# The failing tests' error lines, last: CI shows the end of the
+		# output, and a guest test's own log (boot, transcripts, daemon
+		# logs) is long.
+		echo "== interop: failures, digest (internal/faildigest):"
+		go run ./internal/faildigest -tail 4 "$art/go-interop.log" | head -120 || true
 	fi
 	set -e
 	if [ "$grc" != 0 ]; then

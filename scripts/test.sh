@@ -41,6 +41,7 @@ echo "== allocation and limit tests (without -race)"
 alog=$(mktemp /tmp/softib-alloc.XXXXXX.log)
 if ! go test -count=1 -run 'Alloc|TestQPLimit' ./... >"$alog" 2>&1; then
   grep -vE '^(ok|\?)\s' "$alog"
+  go run ./internal/faildigest "$alog" | head -80 || true
   echo "allocation or limit tests failed (log: $alog)"
   exit 1
 fi
@@ -59,6 +60,9 @@ if [ -n "$failed" ]; then
   # A failed package fails the run: no retry (a test that passes only on
   # a second try is a bug to fix, not a pass). The full log is kept.
   grep -E '^(FAIL|--- FAIL)' "$log"
+  # The failing tests' error lines, last: CI shows the end of the output.
+  echo "== failures, digest (internal/faildigest):"
+  go run ./internal/faildigest "$log" | head -150 || true
   echo "full log: $log"
   echo "test packages: $pass passed, $(echo $failed | wc -w) failed"
   exit 1

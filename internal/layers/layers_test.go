@@ -44,6 +44,7 @@ var rules = map[string][]string{
 	"softib/internal/leakcheck":  nil,
 	"softib/internal/e2etest":    {"softib/internal/testaddr", "softib/internal/testenv", "softib/udp"},
 	"softib/internal/layers":     nil,
+	"softib/internal/faildigest": nil,
 	"softib/internal/netns":      {"softib/internal/stats", "softib/internal/testenv"},
 	"softib/internal/netemu":     {"softib/internal/stats", "softib/internal/testenv"},
 	"softib/internal/tsharktest": {"softib/internal/testenv"},

@@ -153,8 +153,22 @@ func (e *Encap) ICRC(pkt []byte) uint32 {
 		crc ^= lenContrib(IPv4HeaderLen+udpLen, lenIPv4) // total length
 	}
 	crc = crcBTH(crc, pkt)
-	return crc32.Update(crc, crc32.IEEETable, pkt[BTHSize:len(pkt)-ICRCSize])
+	rest := pkt[BTHSize : len(pkt)-ICRCSize]
+	if len(rest) >= crcCLMULMin {
+		// hash/crc32 folds whole 16-byte blocks with PCLMULQDQ/PMULL
+		// from 64 bytes on, but takes a tail shorter than 16 bytes (and
+		// anything shorter than 64) byte by byte after at most one
+		// slicing-by-8 pass; crcSlicing8 does those 8 at a time.
+		do := len(rest) &^ 15
+		crc = crc32.Update(crc, crc32.IEEETable, rest[:do])
+		rest = rest[do:]
+	}
+	return crcSlicing8(crc, rest)
 }
+
+// crcCLMULMin is the length from which hash/crc32 uses its carry-less
+// multiply kernel on amd64 (and arm64).
+const crcCLMULMin = 64
 
 // SetICRC computes the ICRC of pkt and stores it in pkt's last 4 bytes
 // (little-endian, as rxe does). pkt must be at least MinPacketLen long

@@ -3,6 +3,7 @@ package rxe
 import (
 	"fmt"
 	"math"
+	"net/netip"
 	"time"
 
 	"softib/udp"
@@ -13,35 +14,62 @@ import (
 // RoCEv2 congestion signalling (IBTA RoCEv2 annex A17.9) with a
 // DCQCN-style reaction point (Zhu et al., "Congestion Control for
 // Large-Scale RDMA Deployments", SIGCOMM 2015; the parameters are those
-// of NVIDIA's ConnectX firmware, mlx5's RoCE congestion control). Linux
-// rxe has none of it, so it is off by default (Config.ECN) and, off,
-// changes nothing on the wire. On:
+// of NVIDIA's ConnectX firmware, mlx5's RoCE congestion control, with
+// their defaults: see ECNConfig). Linux rxe has none of it, so it is off
+// by default (Config.ECN) and, off, changes nothing on the wire. On:
 //
 //   - Every RoCE packet the device sends carries ECT(0) in the ECN field
 //     of its IPv4 TOS / IPv6 traffic class; the DSCP bits stay those of
 //     the QP's or AH's traffic class (tclass.go). The ICRC masks the
 //     field, so nothing else changes.
 //   - Notification point. The device's sockets report each datagram's
-//     traffic class (udp.Config.RecvTOS). A packet of a connected (RC,
-//     UC) QP that arrives with CE (ECN 11b) is counted
-//     (np_ecn_marked_roce_packets) and makes the QP send a CNP (BTH
-//     opcode 0x81, wire/roce/cnp.go) to the peer QP, at most one per
-//     ECNConfig.MinTimeBetweenCNPs (np_cnp_sent). CE on any packet of the
-//     QP counts, requests and responses alike, as on mlx5: the peer
-//     cannot tell which of its packets met the congestion. CNPs go out on
-//     the response lane (never rate-limited), with the QP's class.
-//   - Reaction point. A CNP for an RC or UC QP (rp_cnp_handled) starts,
-//     or feeds, the QP's DCQCN rate limiter, which paces the requester:
-//     request packets only (ACKs, NAKs and RDMA READ responses are not
-//     limited, as on ConnectX, whose rate limiter sits on the send
-//     queue). The limiter costs nothing until the first CNP and switches
-//     itself off again once the rate has recovered to MaxRate.
+//     traffic class (udp.Config.RecvTOS). A packet that arrives with CE
+//     (ECN 11b) is counted (np_ecn_marked_roce_packets) and, on an RC,
+//     UC or UD QP, makes the QP send a CNP (BTH opcode 0x81,
+//     wire/roce/cnp.go) to the QP that sent the marked packet, at most
+//     one per ECNConfig.MinTimeBetweenCNPs (np_cnp_sent). A CNP's
+//     DestQP names the QP that is to slow down, the one that sent the
+//     marked packet: for RC and UC that is the connected peer QP at the
+//     QP's
+//     destination address; for UD it is the source QP in the packet's
+//     DETH, at the IP source address of the datagram and the RoCEv2 UDP
+//     port (this device's own, 4791 unless configured otherwise: a source
+//     port is no RoCEv2 listener). CE on any packet of the QP counts,
+//     requests and responses alike, as on mlx5: the peer cannot tell
+//     which of its packets met the congestion. CNPs go out on the
+//     response lane (never rate-limited), with the QP's class (a UD QP
+//     has none of its own: the default class, plus ECT(0)).
+//   - Reaction point. A CNP for an RC, UC or UD QP (rp_cnp_handled)
+//     starts, or feeds, the QP's DCQCN rate limiter, which paces the
+//     requester: request packets only (ACKs, NAKs and RDMA READ
+//     responses are not limited, as on ConnectX, whose rate limiter sits
+//     on the send queue). The limiter costs nothing until the first CNP
+//     and switches itself off again once the rate has recovered to
+//     MaxRate.
+//
+// UD. NVIDIA documents DCQCN per flow, and its flow is the QP ("The CNP
+// specifically identifies the flow (Queue Pair) experiencing
+// congestion", DOCA SDK, "DCQCN CC Algorithm"), with no transport left
+// out; the only place a UD datagram names the QP that sent it is its
+// DETH. So a CE-marked UD datagram gets a CNP to its DETH source QP, and
+// a CNP for a UD QP feeds that QP's limiter. (No stored NVIDIA text says
+// in so many words what ConnectX does for UD; this is what the CNP's
+// definition and the per-QP reaction point give.) A UD QP talks to many
+// peers, so its
+// one limiter paces all its sends, whichever AH they use (a congested
+// path slows the QP's datagrams to uncongested peers too, as with a
+// ConnectX QP), and its one CNP interval is shared by its senders: the
+// first CE mark of each interval, from whichever sender, gets the CNP;
+// marking is proportional to each sender's share of the congested queue,
+// and so are its CNPs. No per-destination or per-sender state is kept
+// (the data path allocates nothing). The GSI QP (QP1, MADs) neither
+// sends nor takes CNPs: a CNP for it is counted in bad_qp_type, as is
+// one for a QP of another type (XRC, raw).
 //
 // A CNP that arrives at a device with ECN off is counted in
-// rp_cnp_ignored and dropped; one for a UD QP (DCQCN here is for
-// connected QPs) in bad_qp_type, as any opcode of another transport.
-// Linux rxe drops opcode 0x81 too (its opcode table has no entry for it:
-// rxe_rcv's header checks fail) without a counter.
+// rp_cnp_ignored and dropped. Linux rxe drops opcode 0x81 (its opcode
+// table has no entry for it: rxe_rcv's header checks fail) without a
+// counter.
 //
 // Peers. ECN is a property of the path and the two ends: a router marks
 // CE only on ECT packets, so softib sends a CNP only to a peer whose
@@ -72,8 +100,25 @@ const (
 // ECNConfig configures RoCEv2 congestion signalling (Config.ECN). The
 // zero value is off; with Enable set, zero fields take the defaults,
 // NVIDIA's DCQCN parameter defaults for ConnectX-4 and later (the names
-// in brackets are mlx5's congestion-control parameters), and a value out
-// of range fails Open.
+// in brackets are mlx5's congestion-control parameters, as in
+// /sys/class/net/<if>/ecn/roce_rp and roce_np), and a value out of
+// range fails Open.
+//
+// Sources of the defaults: NVIDIA DOCA SDK documentation, "DCQCN CC
+// Parameters" (networking-docs.nvidia.com/doca/archive/3-4-0/
+// dcqcn-cc-parameters, "supported by NVIDIA ConnectX-4 and later"):
+// dce_tcp_g 1019, dce_tcp_rtt 1 µs, initial_alpha_value 1023,
+// rate_to_set_on_first_cnp 0, rpg_min_dec_fac 50 %, rpg_min_rate
+// 1 Mb/s, rpg_gd 11 (the cut is α/2^(11−10) = α/2 of the rate),
+// rate_reduce_monitor_period 4 µs. The rate-increase and notification
+// point values are those ConnectX-5/-6 firmware reports as its
+// configuration (mlxconfig query, the NVConfig names of the same page:
+// RPG_TIME_RESET 300, RPG_BYTE_RESET 32767, RPG_THRESHOLD 1,
+// RPG_MAX_RATE 0, RPG_AI_RATE 5, RPG_HAI_RATE 50, MIN_TIME_BETWEEN_CNPS
+// 4, CLAMP_TGT_RATE False, CLAMP_TGT_RATE_AFTER_TIME_INC True; one
+// ConnectX-5 firmware, 16.27, reported MIN_TIME_BETWEEN_CNPS 2). Each
+// default below matched those; what the comparison changed is the
+// target-rate clamp (ClampTargetRate).
 type ECNConfig struct {
 	// Enable turns ECN marking, CNPs and the DCQCN rate limiter on.
 	Enable bool
@@ -99,6 +144,15 @@ type ECNConfig struct {
 	// RateReducePeriod is the least time between two rate cuts
 	// [rate_reduce_monitor_period] (default 4 µs).
 	RateReducePeriod time.Duration
+	// ClampTargetRate makes every rate cut set the target rate to the
+	// current rate before cutting [clamp_tgt_rate] (default false, as on
+	// ConnectX). Off, a cut clamps the target only when the rate
+	// increase timer expired since the previous cut
+	// [clamp_tgt_rate_after_time_inc, which is always on here, its
+	// ConnectX default]; CNPs in quick succession then leave the target
+	// at the rate before the congestion, which recovery climbs back to.
+	// (The DCQCN paper clamps on every cut: ClampTargetRate true.)
+	ClampTargetRate bool
 	// AlphaG is the alpha smoothing factor [dce_tcp_g / 1024]: each
 	// AlphaPeriod alpha becomes AlphaG×alpha, plus (1−AlphaG) if a CNP
 	// arrived in the period (default 1019/1024).
@@ -294,7 +348,9 @@ type rateLimiter struct {
 
 // onCNP is a CNP's effect at time now: alpha rises at the end of the
 // period, and the rate is cut unless it was cut less than
-// RateReducePeriod ago.
+// RateReducePeriod ago; the target rate becomes the current rate first
+// if ClampTargetRate is set or the timer raised the rate since the last
+// cut.
 func (r *rateLimiter) onCNP(now int64) {
 	c := r.cfg
 	r.advance(now)
@@ -309,7 +365,7 @@ func (r *rateLimiter) onCNP(now int64) {
 		r.alphaAt = now + int64(c.AlphaPeriod)
 		r.cnpAlpha = false
 		r.tokens, r.tokAt = float64(c.Burst), now
-		r.bytes = 0
+		r.bytes, r.tCount, r.bCount = 0, 0, 0
 		r.minRate = r.rc
 		r.cut = false
 		if c.FirstCNPRate > 0 {
@@ -325,7 +381,9 @@ func (r *rateLimiter) onCNP(now int64) {
 	if r.cut && now-r.lastCut < int64(c.RateReducePeriod) {
 		return
 	}
-	r.rt = r.rc
+	if c.ClampTargetRate || r.tCount > 0 {
+		r.rt = r.rc // clamp_tgt_rate, clamp_tgt_rate_after_time_inc
+	}
 	r.rc = max(r.rc*max(1-r.alpha/2, c.MinDecFactor), c.MinRate)
 	r.cut, r.lastCut = true, now
 	r.tCount, r.bCount, r.bytes = 0, 0, 0
@@ -443,19 +501,28 @@ func (q *QP) ccState() *congestion {
 }
 
 // onPacketClass is the notification point's look at a received packet
-// of the QP (mu held, in handle): CE on a connected QP's packet sends a
-// CNP to the peer QP, at most one per MinTimeBetweenCNPs.
+// of the QP (mu held, in handle): CE on an RC, UC or UD QP's packet
+// sends a CNP to the QP that sent it, at most one per
+// MinTimeBetweenCNPs.
 func (q *QP) onPacketClass(p *packet, now int64) {
 	if p.cls.tos&ecnMask != ecnCE || !q.dev.cfg.ECN.Enable || p.op == roce.CNP {
 		return
 	}
 	q.dev.stats.NPECNMarked.Inc()
 	q.stats.NPECNMarked.Inc()
-	if q.typ != verbs.QPTypeRC && q.typ != verbs.QPTypeUC {
-		return
-	}
-	if q.ccState().cnpDue(now, int64(q.dev.cfg.ECN.MinTimeBetweenCNPs)) {
-		q.sendCNP()
+	gap := int64(q.dev.cfg.ECN.MinTimeBetweenCNPs)
+	switch q.typ {
+	case verbs.QPTypeRC, verbs.QPTypeUC:
+		if q.ccState().cnpDue(now, gap) {
+			q.sendCNP(q.attr.DestQPN, q.dst)
+		}
+	case verbs.QPTypeUD:
+		// The receive checks let only UD opcodes (all with a DETH) and
+		// CNPs reach a UD QP.
+		if p.op.Transport() == roce.TransportUD && q.ccState().cnpDue(now, gap) {
+			src := roce.DETH(p.ext(roce.HdrDETH)).SrcQP()
+			q.sendCNP(src, netip.AddrPortFrom(p.addr.Addr().Unmap(), q.dev.laddr.Port()))
+		}
 	}
 }
 
@@ -469,9 +536,10 @@ func (c *congestion) cnpDue(now, gap int64) bool {
 	return true
 }
 
-// sendCNP queues a CNP to the QP's peer on the response lane (mu held).
-func (q *QP) sendCNP() {
-	p, pay := q.newPacket(roce.CNP, 0, q.attr.DestQPN, roce.CNPPayloadSize, q.dst, false, false)
+// sendCNP queues a CNP for QP dqpn at dst on the response lane (mu
+// held).
+func (q *QP) sendCNP(dqpn uint32, dst netip.AddrPort) {
+	p, pay := q.newPacket(roce.CNP, 0, dqpn, roce.CNPPayloadSize, dst, false, false)
 	roce.BTH(p.buf[:roce.BTHSize]).SetBECN(true)
 	clear(pay)
 	q.finish(p)
@@ -481,8 +549,8 @@ func (q *QP) sendCNP() {
 }
 
 // onCNP is the reaction point's CNP (mu held, in handle; the receive
-// checks let CNPs through to RC and UC QPs only): it feeds the QP's rate
-// limiter, or is counted and dropped when ECN is off.
+// checks let CNPs through to RC, UC and UD QPs only): it feeds the QP's
+// rate limiter, or is counted and dropped when ECN is off.
 func (q *QP) onCNP(now int64) {
 	if !q.dev.cfg.ECN.Enable {
 		q.dev.stats.RPCNPIgnored.Inc()

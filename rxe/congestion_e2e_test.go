@@ -3,6 +3,7 @@ package rxe_test
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	"softib/rxe"
 	"softib/verbs"
@@ -123,5 +124,67 @@ func TestECNZeroAllocs(t *testing.T) {
 	}
 	if st := rxe.CQDeviceStats(y.cq); st["NPCNPSent"] == 0 {
 		t.Fatal("no CNPs sent")
+	}
+}
+
+// TestECNLoopbackUD: UD over real loopback sockets. x's UD datagrams
+// arrive CE-marked at y, whose UD QP answers with CNPs to the source QP
+// in their DETH at x's address; x's UD QP handles them (its limiter
+// cuts the rate), and the datagrams are delivered. y's ECT(0) datagram
+// back to x causes no CNP.
+func TestECNLoopbackUD(t *testing.T) {
+	xcfg := rxe.ECNConfig{Enable: true, MinRate: 2e9, MaxRate: 40e9}
+	rxe.ECNSendCE(&xcfg)
+	dx := openDev(t, rxe.Config{ECN: xcfg})
+	dy := openDev(t, rxe.Config{ECN: rxe.ECNConfig{Enable: true}})
+	x, y := newEnd(t, dx, verbs.QPTypeUD, 1<<20), newEnd(t, dy, verbs.QPTypeUD, 1<<20)
+	connect(t, x, y, connOpts{})
+	connect(t, y, x, connOpts{})
+	ahTo := func(from, to *end) verbs.AH {
+		ah, err := from.pd.CreateAH(&verbs.AHAttr{IsGlobal: true, GRH: verbs.GlobalRoute{DGID: verbs.GIDFromAddr(to.dev.Addr().Addr()), SGIDIndex: 1},
+			DPort: to.dev.Addr().Port()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ah
+	}
+	const n, size = 64, 1024
+	for i := range n {
+		postRecv(t, y, verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{y.mr.SGE(i*2048, 40+size)}})
+	}
+	ah := ahTo(x, y)
+	for i := range n {
+		post(t, x, verbs.SendWR{ID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{x.mr.SGE(0, size)},
+			AH: ah, RemoteQPN: y.qp.QPN(), RemoteQKey: 0x11111111})
+		waitWC(t, x.cq, 1)
+	}
+	for _, wc := range waitWC(t, y.cq, n) {
+		if wc.Status != verbs.WCSuccess || wc.SrcQP != x.qp.QPN() {
+			t.Fatalf("receive %+v", wc)
+		}
+	}
+	// The CNPs travel on their own; wait for x to have handled one
+	// (hang guard 20 s).
+	for deadline := time.Now().Add(20 * time.Second); rxe.CQDeviceStats(x.cq)["RPCNPHandled"] == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("hang guard: no CNP handled at x; y %v", rxe.CQDeviceStats(y.cq))
+		}
+	}
+	xs, ys := rxe.CQDeviceStats(x.cq), rxe.CQDeviceStats(y.cq)
+	t.Logf("y: %d CE-marked datagrams, %d CNPs sent; x: %d CNPs handled", ys["NPECNMarked"], ys["NPCNPSent"], xs["RPCNPHandled"])
+	if ys["NPECNMarked"] != n || ys["NPCNPSent"] == 0 || ys["NPCNPSent"] > n || xs["RPCNPHandled"] > ys["NPCNPSent"] || xs["NoQP"]+xs["BadQPType"] != 0 {
+		t.Fatalf("counters: y %v; x %v", ys, xs)
+	}
+	if _, _, minRate, cuts := rxe.QPRate(x.qp); cuts == 0 || minRate > 0.51*40e9 {
+		t.Fatalf("x's UD QP: %d cuts, lowest rate %.3g", cuts, minRate)
+	}
+	// y → x: ECT(0), no CNP either way.
+	postRecv(t, x, verbs.RecvWR{ID: 1, SGL: []verbs.SGE{x.mr.SGE(4096, 40+size)}})
+	post(t, y, verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{y.mr.SGE(0, size)},
+		AH: ahTo(y, x), RemoteQPN: x.qp.QPN(), RemoteQKey: 0x11111111})
+	waitWC(t, y.cq, 1)
+	waitWC(t, x.cq, 1)
+	if xs := rxe.CQDeviceStats(x.cq); xs["NPECNMarked"] != 0 || xs["NPCNPSent"] != 0 {
+		t.Fatalf("ECT(0) datagram y→x caused CNPs: %v", xs)
 	}
 }

@@ -84,8 +84,11 @@ func TestRateLimiterCut(t *testing.T) {
 	if !near(r.alpha, a) {
 		t.Fatalf("alpha %v, want %v", r.alpha, a)
 	}
-	if r.cuts != 2 || !near(r.rc, rc*(1-a/2)) || !near(r.rt, rc) {
-		t.Fatalf("second cut: rc %v rt %v, want %v %v", r.rc, r.rt, rc*(1-a/2), rc)
+	// No rate-increase timer expiry since the first cut (TimeReset is
+	// 300 µs): the target stays where it was (ConnectX's default,
+	// clamp_tgt_rate off; TestRateLimiterClamp has the rest).
+	if r.cuts != 2 || !near(r.rc, rc*(1-a/2)) || !near(r.rt, c.MaxRate) {
+		t.Fatalf("second cut: rc %v rt %v, want %v %v", r.rc, r.rt, rc*(1-a/2), c.MaxRate)
 	}
 	for i := range 1000 {
 		r.onCNP(20*us + int64(i)*5*us)
@@ -102,9 +105,10 @@ func TestRateLimiterCut(t *testing.T) {
 func TestRateLimiterRecovery(t *testing.T) {
 	c := ecnDefaults(t)
 	c.MaxRate = 10e9
+	c.ClampTargetRate = true
 	r := rateLimiter{cfg: c}
 	r.onCNP(0)
-	r.onCNP(10 * us) // a second cut: the target is below MaxRate now
+	r.onCNP(10 * us) // a second cut, clamped: the target is below MaxRate now
 	rc, rt := r.rc, r.rt
 	T := int64(c.TimeReset)
 	base := 10 * us
@@ -151,6 +155,52 @@ func TestRateLimiterRecovery(t *testing.T) {
 		t.Fatalf("recovered: %+v", r)
 	}
 	t.Logf("recovered from %.3g to %.3g b/s in %v of sending", r.minRate, c.MaxRate, time.Duration(now-base-3*T))
+}
+
+// TestRateLimiterClamp: with ClampTargetRate off (ConnectX's default),
+// a cut sets the target to the current rate only when the
+// rate-increase timer expired since the previous cut
+// (clamp_tgt_rate_after_time_inc); a byte-counter increase alone does
+// not clamp. With it on, every cut clamps, as in the DCQCN paper.
+func TestRateLimiterClamp(t *testing.T) {
+	c := ecnDefaults(t)
+	c.MaxRate = 10e9
+	T := int64(c.TimeReset)
+	r := rateLimiter{cfg: c}
+	r.onCNP(0)
+	r.onCNP(10 * us)
+	if !near(r.rt, c.MaxRate) {
+		t.Fatalf("cut without a timer expiry: target %v, want MaxRate", r.rt)
+	}
+	// A byte-counter expiry (sends), then a cut: still no clamp.
+	r.tokens = 1e12
+	r.admit(20*us, c.ByteReset)
+	if r.bCount != 1 || r.tCount != 0 {
+		t.Fatalf("counts %d/%d", r.bCount, r.tCount)
+	}
+	r.onCNP(30 * us)
+	if !near(r.rt, c.MaxRate) {
+		t.Fatalf("cut after a byte-counter increase: target %v, want MaxRate", r.rt)
+	}
+	// A timer expiry, then a cut: the target becomes the current rate.
+	r.advance(30*us + T)
+	if r.tCount != 1 {
+		t.Fatalf("tCount %d", r.tCount)
+	}
+	rc := r.rc
+	r.onCNP(30*us + T + us)
+	if !near(r.rt, rc) || r.rc >= rc {
+		t.Fatalf("cut after a timer expiry: target %v rate %v, want target %v", r.rt, r.rc, rc)
+	}
+
+	c.ClampTargetRate = true
+	r = rateLimiter{cfg: c}
+	r.onCNP(0)
+	rc = r.rc
+	r.onCNP(10 * us)
+	if !near(r.rt, rc) {
+		t.Fatalf("ClampTargetRate: target %v, want %v", r.rt, rc)
+	}
 }
 
 // TestRateLimiterPacing: a throttled QP sends Burst bytes at once, then
@@ -265,9 +315,10 @@ func statsDelta(before, after map[string]uint64) map[string]uint64 {
 }
 
 // TestRecvCNP: a CNP for an RC QP is counted and ignored with ECN off
-// (as Linux rxe drops it), feeds the QP's rate limiter with ECN on, and
-// is refused by a UD QP; a CE-marked packet sends one CNP per
-// MinTimeBetweenCNPs with ECN on and none with it off.
+// (as Linux rxe drops it) and feeds the QP's rate limiter with ECN on,
+// as it does a UD QP's; the GSI QP refuses it; a CE-marked packet (RC or
+// UD) sends one CNP per MinTimeBetweenCNPs with ECN on and none with it
+// off.
 func TestRecvCNP(t *testing.T) {
 	rig := newFuzzRig(t)
 	cnp := make([]byte, 64)
@@ -317,12 +368,31 @@ func TestRecvCNP(t *testing.T) {
 			udQPN = qpn
 		}
 	}
-	if udQPN != 0 {
-		c := make([]byte, 64)
-		n, _ := roceBuildCNP(c, udQPN)
-		before = rig.dev.Stats()
-		rig.feed(c[:n])
-		want("UD", statsDelta(before, rig.dev.Stats()), map[string]uint64{"BadQPType": 1})
+	if udQPN == 0 {
+		t.Fatal("the rig has no UD QP")
+	}
+	// A UD QP's limiter takes CNPs too; the GSI QP's does not.
+	c := make([]byte, 64)
+	n, _ = roceBuildCNP(c, udQPN)
+	before = rig.dev.Stats()
+	rig.feed(c[:n])
+	want("UD", statsDelta(before, rig.dev.Stats()), map[string]uint64{"RcvdPkts": 1, "RPCNPHandled": 1})
+	if active, _, _, _ := QPRate(rig.dev.lookupQP(udQPN)); !active {
+		t.Fatal("CNP did not start the UD QP's rate limiter")
+	}
+	n, _ = roceBuildCNP(c, 1)
+	before = rig.dev.Stats()
+	rig.feed(c[:n])
+	want("GSI", statsDelta(before, rig.dev.Stats()), map[string]uint64{"BadQPType": 1})
+	// A CE-marked UD datagram: one CNP (to its DETH source QP: the
+	// loopback test TestECNLoopbackUD sees where it goes).
+	ud := seedPacket(roce.UDSendOnly, udQPN, 0, 8, func(b []byte) {
+		roce.DETH(b[roce.BTHSize:]).Encode(&roce.DETHFields{QKey: 0x1234, SrcQP: 0x55})
+	})
+	before = rig.dev.Stats()
+	rig.feedClass(ud, ecnCE)
+	if d := statsDelta(before, rig.dev.Stats()); d["NPECNMarked"] != 1 || d["NPCNPSent"] != 1 {
+		t.Fatalf("CE-marked UD datagram: %v", d)
 	}
 	// CE-marked packets: the first sends a CNP; the next ones, fed within
 	// the same microseconds, are only counted. (The requests themselves

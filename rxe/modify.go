@@ -19,8 +19,9 @@ func (q *QP) acceptsTransport(op roce.Opcode) bool {
 	case roce.TransportUD:
 		return q.typ == verbs.QPTypeUD || q.typ == verbs.QPTypeGSI
 	}
-	// A CNP is for the connected QP that sent CE-marked packets.
-	return op == roce.CNP && (q.typ == verbs.QPTypeRC || q.typ == verbs.QPTypeUC)
+	// A CNP is for the RC, UC or UD QP that sent CE-marked packets
+	// (congestion.go; not the GSI QP).
+	return op == roce.CNP && (q.typ == verbs.QPTypeRC || q.typ == verbs.QPTypeUC || q.typ == verbs.QPTypeUD)
 }
 
 // Modify applies attributes following the IBA transition rules.

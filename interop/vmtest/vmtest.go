@@ -11,11 +11,8 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"runtime"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"softib/internal/testenv"
 	"softib/interop/vm"
@@ -34,30 +31,11 @@ func OpenDevice(t testing.TB, ns string, addr netip.Addr) verbs.Device {
 	}
 	ch := make(chan res, 1)
 	go func() {
-		// The thread switches namespaces; it is unlocked (and so reused)
-		// only if switching back succeeds, otherwise it dies with the
-		// goroutine.
-		runtime.LockOSThread()
-		orig, err := unix.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			ch <- res{nil, err}
-			return
-		}
-		defer unix.Close(orig)
-		fd, err := unix.Open("/var/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			ch <- res{nil, err}
-			return
-		}
-		defer unix.Close(fd)
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			ch <- res{nil, err}
-			return
-		}
-		d, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: addr}})
-		if rerr := unix.Setns(orig, unix.CLONE_NEWNET); rerr == nil {
-			runtime.UnlockOSThread()
-		}
+		var d verbs.Device
+		err := inNetns(ns, func() (err error) {
+			d, err = rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: addr}})
+			return err
+		})
 		ch <- res{d, err}
 	}()
 	r := <-ch

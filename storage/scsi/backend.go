@@ -96,7 +96,9 @@ func (m *MemBackend) Close() error { return nil }
 // O_DIRECT (when the file system allows it) for aligned I/O, so that the
 // target's data does not pass through the host's page cache twice, and
 // buffered for unaligned I/O. Linux keeps the two coherent (direct I/O
-// writes back and invalidates cached pages of its range first).
+// writes back and invalidates cached pages of its range first). On darwin
+// the second file has F_NOCACHE instead of O_DIRECT; on systems with
+// neither, all I/O is buffered ([FileBackend.Direct] reports false).
 type FileBackend struct {
 	buffered *os.File
 	direct   *os.File // nil when the file system refused O_DIRECT
@@ -153,7 +155,7 @@ func OpenFile(path string, size int64, readOnly bool) (*FileBackend, error) {
 		return nil, fmt.Errorf("scsi: %s: a LUN needs at least 512 bytes, has %d", path, size)
 	}
 	b := &FileBackend{buffered: f, size: size}
-	if d, err := os.OpenFile(path, flag&^os.O_CREATE|unix.O_DIRECT, 0); err == nil {
+	if d, err := openDirect(path, flag&^os.O_CREATE); err == nil {
 		b.direct = d
 	}
 	return b, nil
@@ -209,8 +211,7 @@ func (b *FileBackend) Discard(off, n int64) error {
 	if off < 0 || n < 0 || off+n > b.size {
 		return fmt.Errorf("scsi: discard [%d,+%d) beyond %d bytes", off, n, b.size)
 	}
-	err := unix.Fallocate(int(b.buffered.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
-	if err == nil {
+	if punchHole(b.buffered, off, n) == nil {
 		return nil
 	}
 	zero := make([]byte, min(n, 1<<20))

@@ -119,7 +119,7 @@ func (w *Writer) WritePacket(ts time.Time, data []byte) error {
 type Record struct {
 	Time    time.Time
 	OrigLen int    // length on the wire
-	Data    []byte // captured bytes; valid until the next Next call
+	Data    []byte // captured bytes; from Reader.Next, valid until its next call
 }
 
 // Reader reads a pcap file written by any libpcap-compatible tool
@@ -165,8 +165,13 @@ func NewReader(r io.Reader) (*Reader, error) {
 // LinkType returns the file's link type.
 func (r *Reader) LinkType() LinkType { return r.linkType }
 
-// Next returns the next record, or io.EOF at the end of the file. The
-// record's Data is overwritten by the following call.
+// Next returns the next record, or io.EOF at the end of the file.
+//
+// The record's Data aliases the Reader's one buffer, which the following
+// call overwrites (and may reallocate): so that reading a capture
+// allocates only when a record is larger than any before it. A caller
+// that keeps Data past the next call must copy it (bytes.Clone), as
+// [ReadFile] does.
 func (r *Reader) Next() (Record, error) {
 	if _, err := io.ReadFull(r.r, r.hdr[:]); err != nil {
 		if err == io.ErrUnexpectedEOF {

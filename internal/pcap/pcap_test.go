@@ -155,3 +155,35 @@ func TestAppendRecord(t *testing.T) {
 		t.Errorf("AppendRecord: %v allocations", n)
 	}
 }
+
+// TestReaderReusesBuffer pins the contract Next documents: a record's Data
+// is overwritten by the next call (no allocation per record), and ReadFile
+// copies each record so all of them stay valid.
+func TestReaderReusesBuffer(t *testing.T) {
+	ts := time.Unix(1700000000, 0)
+	b := pcap.AppendFileHeader(nil, pcap.LinkTypeRaw)
+	b = pcap.AppendRecord(b, ts, []byte{1, 2, 3})
+	b = pcap.AppendRecord(b, ts, []byte{4, 5, 6})
+	r, err := pcap.NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := r.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Next(); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(first.Data, []byte{4, 5, 6}) {
+		t.Errorf("first record's Data after the second Next = %v, want the second record's bytes (buffer reused)", first.Data)
+	}
+	path := filepath.Join(t.TempDir(), "two.pcap")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, recs, err := pcap.ReadFile(path)
+	if err != nil || len(recs) != 2 || !bytes.Equal(recs[0].Data, []byte{1, 2, 3}) || !bytes.Equal(recs[1].Data, []byte{4, 5, 6}) {
+		t.Errorf("ReadFile = %v, %v; want both records intact", recs, err)
+	}
+}

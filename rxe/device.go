@@ -456,7 +456,8 @@ func (d *Device) lookupQP(qpn uint32) *QP {
 	return d.qpTable.get(qpn)
 }
 
-// rxBatch is a receive vector: datagram slots backed by pooled packets,
+// rxBatch is a receive vector: datagram slots backed by packets, which
+// it lends to the QPs the packets are for and takes back (packet.loan),
 // and the QPs the last batch touched.
 type rxBatch struct {
 	msgs    []udp.Message
@@ -504,6 +505,7 @@ func (d *Device) runBatch(b *rxBatch, n int, mode sendMode) {
 		}
 		b.touched[i] = nil
 	}
+	d.reclaim(b, n)
 }
 
 // recv runs the receive checks on p and queues it on its QP, which it
@@ -616,9 +618,64 @@ type packet struct {
 	hdr int // BTH + extension headers
 	pay int // payload length
 	psn seqnum.PSN
+
+	// loan is the state of a received packet that a receive batch slot
+	// lent to a QP (loanNone for every other packet): see lend.
+	loan atomic.Uint32
 }
 
+// Loan states of a received packet (packet.loan).
+//
+// A receive batch's slots keep their packets across reads: queueBatch
+// lends a slot's packet to the QP it queues it on (loanOut), the QP
+// gives it back when its round is done with it (releaseRx: loanBack),
+// and at the end of the batch (reclaim) the slot takes it back for the
+// next read. Usually the QP's round runs inline in the same goroutine
+// (runBatch), so a packet goes round the slot's socket read, the QP and
+// back with two atomic operations and no pool round trip, and its
+// buffer stays warm in this core's cache. When the round runs later (the
+// QP's loop was kicked), reclaim finds the packet still out, marks it
+// abandoned and refills the slot from the pool; the QP then pools the
+// packet itself. The compare-and-swaps on loan decide, for every lent
+// packet, which of the two owns it (and order the QP's last reads of the
+// buffer before the slot's next socket read).
+const (
+	loanNone      uint32 = iota // owned by whoever holds it; pooled on release
+	loanOut                     // lent by a receive batch slot to a QP
+	loanBack                    // the QP is done: the slot reuses it
+	loanAbandoned               // the slot took a new packet: the QP pools it
+)
+
 func (d *Device) getPacket() *packet { return d.pool.Get() }
+
+// releaseRx disposes of a received packet its QP is done with: back to
+// the batch slot that lent it, else to the pool.
+func (d *Device) releaseRx(p *packet) {
+	if p.loan.CompareAndSwap(loanOut, loanBack) {
+		return // the slot's; nothing of p may be touched from here on
+	}
+	p.loan.Store(loanNone) // not lent, or abandoned: p is ours alone
+	d.putPacket(p)
+}
+
+// reclaim takes back the packets of b's first n slots that queueBatch
+// lent to QPs (see loanOut), refilling from the pool the slots whose
+// packets are still in a QP's hands.
+func (d *Device) reclaim(b *rxBatch, n int) {
+	for i := range n {
+		p := b.pkts[i]
+		for p.loan.Load() != loanNone {
+			if p.loan.CompareAndSwap(loanBack, loanNone) {
+				break // returned: the slot reads into it again
+			}
+			if p.loan.CompareAndSwap(loanOut, loanAbandoned) {
+				b.pkts[i] = d.getPacket()
+				b.msgs[i].Buf = b.pkts[i].buf[:]
+				break
+			}
+		}
+	}
+}
 
 func (d *Device) putPacket(p *packet) {
 	p.group = netip.Addr{} // only mcastInput sets it

@@ -114,7 +114,7 @@ func (q *QP) loop() {
 func (q *QP) drainInbound() {
 	q.inMu.Lock()
 	for i, p := range q.inq {
-		q.dev.putPacket(p)
+		q.dev.releaseRx(p)
 		q.inq[i] = nil
 	}
 	q.inq = q.inq[:0]
@@ -135,7 +135,7 @@ func (q *QP) process() bool {
 	q.inMu.Unlock()
 	for i, p := range in {
 		q.handle(p, now)
-		q.dev.putPacket(p)
+		q.dev.releaseRx(p)
 		in[i] = nil
 	}
 	q.inSpare = in[:0]

@@ -154,13 +154,16 @@ func (s *rxShard) queueBatch(b *rxBatch, n int) {
 		p := b.pkts[i]
 		p.n, p.addr = b.msgs[i].N, b.msgs[i].Addr
 		p.cls = ipClass{tos: b.msgs[i].TOS} // ECN field (congestion.go)
+		// Lent before recv queues it: the QP may be done with it
+		// before recv returns (another goroutine's round).
+		p.loan.Store(loanOut)
 		q := d.recv(p, &s.encap)
 		if q == nil {
+			p.loan.Store(loanNone) // dropped: never queued
 			continue
 		}
-		// The QP owns the buffer now; replace it.
-		b.pkts[i] = d.getPacket()
-		b.msgs[i].Buf = b.pkts[i].buf[:]
+		// The QP has the packet until it gives it back (releaseRx);
+		// runBatch's reclaim takes it back or refills the slot.
 		if len(b.touched) == 0 || b.touched[len(b.touched)-1] != q {
 			b.touched = append(b.touched, q)
 		}

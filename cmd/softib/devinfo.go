@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net/netip"
 	"os"
 
 	"softib/tools/devinfo"
@@ -16,7 +17,8 @@ func runDevinfo(args []string) int {
 	fs := devsel.NewFlagSet("devinfo", os.Stderr)
 	dev := devsel.NewOptions()
 	dev.Register(fs, -1)
-	verbose := fs.Bool("v", false, "print all the attributes of the device (like ibv_devinfo -v), and a Soft-RoCE device's DCQCN parameters when --ecn is on")
+	verbose := fs.Bool("v", false, "print all the attributes of the device (like ibv_devinfo -v), and a Soft-RoCE device's DCQCN parameters when ECN is on "+
+		"(the ecn line is the softib process's that holds the address, else this command's own device's, --ecn)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if _, code, ok := parseTool(fs, args, "devinfo [--addr IP] [-v] [--json]"); !ok {
 		return code
@@ -38,12 +40,19 @@ func runDevinfo(args []string) int {
 }
 
 func devinfoOne(dev *devsel.Options, verbose, asJSON bool) int {
+	// The Soft-RoCE address asked for: a softib device is per process,
+	// and when another process holds the default address Open takes
+	// another; the ecn line is then that process's (devinfo.CollectAt).
+	var want netip.AddrPort
+	if cfg, err := dev.Config(); err == nil && cfg.Addr.IsValid() {
+		want = netip.AddrPortFrom(cfg.Addr, dev.UDPPortOrDefault())
+	}
 	d, err := dev.Open()
 	if err != nil {
 		return fail("devinfo", err)
 	}
 	defer d.Close()
-	in := devinfo.Collect(d)
+	in := devinfo.CollectAt(d, want)
 	if asJSON {
 		if err := writeJSON(os.Stdout, in); err != nil {
 			return fail("devinfo", err)

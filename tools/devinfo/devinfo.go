@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"strings"
 
 	"softib/verbs"
@@ -36,15 +37,50 @@ type Info struct {
 	Ports []Port           `json:"ports"`
 	// ECN is the device's RoCEv2 congestion control, for devices that
 	// have it (softib's Soft-RoCE); nil for others (a kernel device's is
-	// its driver's, not visible through verbs).
+	// its driver's, not visible through verbs). It is the setting of the
+	// device this process opened (devinfo's own --ecn): a Soft-RoCE
+	// device is a process's, not the host's.
 	ECN *ECN `json:"ecn,omitempty"`
+	// Addr is the Soft-RoCE device address asked for (CollectAt; the
+	// device's own by default).
+	Addr netip.AddrPort `json:"addr,omitzero"`
+	// Running lists the other softib processes that hold a device at
+	// Addr (their softib stat snapshots) with their devices' congestion
+	// control: what the traffic on that address gets. The ecn line shows
+	// theirs when there are any.
+	Running []Running `json:"running,omitempty"`
+}
+
+// Running is another process's device at the same address.
+type Running struct {
+	PID  int    `json:"pid"`
+	Comm string `json:"comm"`
+	ECN  *ECN   `json:"ecn"`
 }
 
 // Collect queries dev.
-func Collect(dev verbs.Device) *Info {
+func Collect(dev verbs.Device) *Info { return CollectAt(dev, netip.AddrPort{}) }
+
+// CollectAt is Collect for the Soft-RoCE device address want (invalid:
+// dev's own): a softib device belongs to the process that opened it, so
+// when another process holds want (and dev had to take another address,
+// as devsel.Options.Open does when the default address is taken) the
+// ecn line shows that process's setting (Info.Running).
+func CollectAt(dev verbs.Device, want netip.AddrPort) *Info { return collect(dev, want, os.Getpid()) }
+
+// collect is CollectAt with self the process whose stat sockets Running
+// leaves out (this one's: its device is dev).
+func collect(dev verbs.Device, want netip.AddrPort, self int) *Info {
 	in := &Info{Name: dev.Name(), Attr: dev.Query()}
 	if e, ok := dev.(ecnDevice); ok {
 		in.ECN = ecnOf(e.ECN())
+		if a, ok := dev.(interface{ Addr() netip.AddrPort }); ok && !want.IsValid() {
+			want = a.Addr()
+		}
+		if want.IsValid() {
+			in.Addr = want
+			in.Running = running(want, self)
+		}
 	}
 	for p := uint8(1); p <= max(in.Attr.PhysPortCnt, 1); p++ {
 		pt := Port{Num: p}
@@ -147,7 +183,7 @@ func Write(w io.Writer, in *Info, verbose bool) {
 	line("hw_ver", fmt.Sprintf("0x%X", a.HWVer))
 	line("phys_port_cnt", fmt.Sprint(a.PhysPortCnt))
 	if in.ECN != nil {
-		in.ECN.write(&b, line, verbose)
+		writeECN(&b, in, line, verbose)
 	}
 	if verbose {
 		line("max_mr_size", fmt.Sprintf("0x%x", a.MaxMRSize))

@@ -4,69 +4,45 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"softib/rxe"
 )
 
 // ECN is a Soft-RoCE device's RoCEv2 congestion control (rxe.ECNConfig):
 // whether it is on and, on, its DCQCN parameters under the names of
-// mlx5's congestion-control parameters, in their units (times in µs,
-// rates in Mb/s, g and alpha in 1024ths, the decrease factor in %), so
-// they compare directly with a ConnectX port's.
-type ECN struct {
-	Enable    bool   `json:"enable"`
-	Algorithm string `json:"algorithm,omitempty"` // "DCQCN"
-
-	MinTimeBetweenCNPs      float64 `json:"min_time_between_cnps_us,omitempty"`
-	MaxRate                 float64 `json:"rpg_max_rate_mbps,omitempty"`
-	MinRate                 float64 `json:"rpg_min_rate_mbps,omitempty"`
-	RateToSetOnFirstCNP     float64 `json:"rate_to_set_on_first_cnp_mbps,omitempty"`
-	MinDecFac               float64 `json:"rpg_min_dec_fac,omitempty"`
-	RateReduceMonitorPeriod float64 `json:"rate_reduce_monitor_period_us,omitempty"`
-	DCETCPG                 float64 `json:"dce_tcp_g,omitempty"`
-	DCETCPRTT               float64 `json:"dce_tcp_rtt_us,omitempty"`
-	InitialAlphaValue       float64 `json:"initial_alpha_value,omitempty"`
-	TimeReset               float64 `json:"rpg_time_reset_us,omitempty"`
-	ByteReset               int     `json:"rpg_byte_reset,omitempty"`
-	Threshold               int     `json:"rpg_threshold,omitempty"`
-	AIRate                  float64 `json:"rpg_ai_rate_mbps,omitempty"`
-	HAIRate                 float64 `json:"rpg_hai_rate_mbps,omitempty"`
-	Burst                   int     `json:"burst_bytes,omitempty"` // softib's: bytes a paced QP may send at once
-}
+// mlx5's congestion-control parameters, in their units (rxe.ECNInfo).
+type ECN = rxe.ECNInfo
 
 // ecnDevice is a device with congestion control to report (*rxe.Device).
 type ecnDevice interface{ ECN() rxe.ECNConfig }
 
 // ecnOf converts a device's configuration (defaults filled in).
 func ecnOf(c rxe.ECNConfig) *ECN {
-	if !c.Enable {
-		return &ECN{}
-	}
-	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-	mb := func(r float64) float64 { return r / 1e6 }
-	return &ECN{Enable: true, Algorithm: "DCQCN",
-		MinTimeBetweenCNPs: us(c.MinTimeBetweenCNPs), MaxRate: mb(c.MaxRate), MinRate: mb(c.MinRate),
-		RateToSetOnFirstCNP: mb(c.FirstCNPRate), MinDecFac: c.MinDecFactor * 100,
-		RateReduceMonitorPeriod: us(c.RateReducePeriod), DCETCPG: c.AlphaG * 1024, DCETCPRTT: us(c.AlphaPeriod),
-		InitialAlphaValue: c.InitialAlpha * 1024, TimeReset: us(c.TimeReset), ByteReset: c.ByteReset,
-		Threshold: c.Threshold, AIRate: mb(c.AIRate), HAIRate: mb(c.HAIRate), Burst: c.Burst}
+	e := c.Info()
+	return &e
 }
 
 func num(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 
-// summary is the ecn line's value: off, or on with the algorithm and
+func bit(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// ecnSummary is the ecn line's value: off, or on with the algorithm and
 // the CNP pacing (what decides how often a marked flow is told).
-func (e *ECN) summary() string {
+func ecnSummary(e *ECN) string {
 	if !e.Enable {
 		return "off"
 	}
 	return fmt.Sprintf("on (%s, min_time_between_cnps %sus)", e.Algorithm, num(e.MinTimeBetweenCNPs))
 }
 
-// params are the parameters -v lists under the ecn line, in mlx5's
+// ecnParams are the parameters -v lists under the ecn line, in mlx5's
 // order.
-func (e *ECN) params() []string {
+func ecnParams(e *ECN) []string {
 	if !e.Enable {
 		return nil
 	}
@@ -76,6 +52,8 @@ func (e *ECN) params() []string {
 		"rate_to_set_on_first_cnp " + num(e.RateToSetOnFirstCNP) + " Mbps",
 		"rpg_min_dec_fac " + num(e.MinDecFac) + "%",
 		"rate_reduce_monitor_period " + num(e.RateReduceMonitorPeriod) + "us",
+		"clamp_tgt_rate " + bit(e.ClampTgtRate),
+		"clamp_tgt_rate_after_time_inc " + bit(e.ClampTgtRateAfterTimeInc),
 		"dce_tcp_g " + num(e.DCETCPG) + "/1024",
 		"dce_tcp_rtt " + num(e.DCETCPRTT) + "us",
 		"initial_alpha_value " + num(e.InitialAlphaValue) + "/1024",
@@ -88,12 +66,34 @@ func (e *ECN) params() []string {
 	}
 }
 
-// write adds the ecn line (and with verbose the parameters) to b.
-func (e *ECN) write(b *strings.Builder, line func(name, val string), verbose bool) {
-	line("ecn", e.summary())
-	if verbose {
-		for _, p := range e.params() {
-			fmt.Fprintf(b, "\t\t\t\t\t%s\n", p)
+// writeECN adds the ecn line (and with verbose the parameters) to b.
+// The setting is the running process's when one holds the device's
+// address (in.Running), else this process's own device's, which the
+// line says.
+func writeECN(b *strings.Builder, in *Info, line func(name, val string), verbose bool) {
+	params := func(e *ECN) {
+		if verbose {
+			for _, p := range ecnParams(e) {
+				fmt.Fprintf(b, "\t\t\t\t\t%s\n", p)
+			}
 		}
 	}
+	if len(in.Running) == 0 {
+		line("ecn", ecnSummary(in.ECN)+" ["+ownNote(in)+"]")
+		params(in.ECN)
+		return
+	}
+	for _, r := range in.Running {
+		line("ecn", fmt.Sprintf("%s [pid %d %s]", ecnSummary(r.ECN), r.PID, r.Comm))
+		params(r.ECN)
+	}
+}
+
+// ownNote says whose setting an ecn line without a running process
+// shows.
+func ownNote(in *Info) string {
+	if in.Addr.IsValid() {
+		return "this command's device: no softib process holds " + in.Addr.String()
+	}
+	return "this command's device"
 }

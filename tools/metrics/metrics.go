@@ -1,7 +1,9 @@
 // Package metrics exports softib's counters in the Prometheus text
 // format: Soft-RoCE device counters (under Linux rxe's hw_counters names),
-// per-QP counters and queue depths, CQ fill levels, resource counts, and
-// LNet's instance, NI, peer, credit and route state. Values are read when
+// per-QP counters and queue depths, the device's ECN setting and each
+// QP's DCQCN limiter (active, current and target rate), CQ fill levels,
+// resource counts, and LNet's instance, NI, peer, credit and route
+// state. Values are read when
 // Prometheus scrapes (collectors, not mirrored gauges), so the data path
 // pays nothing for the exporter.
 //
@@ -146,6 +148,10 @@ var (
 	cqDepth    = desc("softib_cq_cqe", "CQ capacity.", cqLabels...)
 	cqOverrun  = desc("softib_cq_overrun", "1 when the CQ lost a completion because it was full.", cqLabels...)
 	resCount   = desc("softib_resources", "Live resources of the device by kind.", append(devLabels, "kind")...)
+	devECN     = desc("softib_rxe_ecn_enabled", "1 when the device does RoCEv2 congestion control (ECN marking, CNPs, DCQCN: --ecn).", devLabels...)
+	qpLimiting = desc("softib_qp_dcqcn_limiting", "1 while the QP's DCQCN rate limiter paces its sends (devices with ECN on).", qpLabels...)
+	qpRate     = desc("softib_qp_dcqcn_rate_bps", "The QP's DCQCN current rate in bits/s, while its limiter is active.", qpLabels...)
+	qpTarget   = desc("softib_qp_dcqcn_target_rate_bps", "The QP's DCQCN target rate in bits/s, while its limiter is active.", qpLabels...)
 	devCounter = map[string]*prometheus.Desc{}
 	qpCounter  = map[string]*prometheus.Desc{}
 	descMu     sync.Mutex
@@ -179,8 +185,22 @@ func (c devCollector) Collect(ch chan<- prometheus.Metric) {
 		for kind, n := range map[string]int{"qp": len(r.QPs), "cq": len(r.CQs), "mr": len(r.MRs), "pd": r.PDCount} {
 			ch <- prometheus.MustNewConstMetric(resCount, prometheus.GaugeValue, float64(n), append(dl, kind)...)
 		}
+		ecn := sn.ECN != nil && sn.ECN.Enable
+		if sn.ECN != nil {
+			ch <- prometheus.MustNewConstMetric(devECN, prometheus.GaugeValue, b2f(ecn), dl...)
+		}
 		for _, q := range r.QPs {
 			ql := append(append([]string(nil), dl...), strconv.FormatUint(uint64(q.QPN), 10), q.Type)
+			// The limiter: on a device with ECN on, every QP has the
+			// limiting gauge (0 until a CNP); the rates only while it
+			// limits (idle, the QP is not rate-limited at all).
+			if cc := q.Congestion; ecn {
+				ch <- prometheus.MustNewConstMetric(qpLimiting, prometheus.GaugeValue, b2f(cc != nil && cc.Limiting), ql...)
+				if cc != nil && cc.Limiting {
+					ch <- prometheus.MustNewConstMetric(qpRate, prometheus.GaugeValue, cc.Rate, ql...)
+					ch <- prometheus.MustNewConstMetric(qpTarget, prometheus.GaugeValue, cc.TargetRate, ql...)
+				}
+			}
 			for _, k := range q.Counters {
 				ch <- prometheus.MustNewConstMetric(counterDesc(qpCounter, "softib_qp_", k.Name, qpLabels), prometheus.CounterValue, float64(k.Value), ql...)
 			}

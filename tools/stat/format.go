@@ -12,7 +12,8 @@ import (
 
 // WriteLinks prints the device counters as `rdma statistic show` does:
 // one line per device, "link rxe0/1" then name-value pairs, rxe's
-// counters first; the process holding the device follows in brackets.
+// counters first; the process holding the device follows in brackets,
+// with the device's congestion control ("ecn on" or "ecn off").
 func WriteLinks(w io.Writer, sns []*Snapshot) {
 	for _, sn := range sns {
 		var b strings.Builder
@@ -20,9 +21,20 @@ func WriteLinks(w io.Writer, sns []*Snapshot) {
 		for _, c := range sn.Counters {
 			fmt.Fprintf(&b, " %s %d", c.Name, c.Value)
 		}
-		fmt.Fprintf(&b, " [addr %v pid %d comm %s]", sn.Addr, sn.PID, sn.Comm)
+		fmt.Fprintf(&b, " [addr %v pid %d comm %s", sn.Addr, sn.PID, sn.Comm)
+		if sn.ECN != nil {
+			b.WriteString(" ecn " + onOff(sn.ECN.Enable))
+		}
+		b.WriteString("]")
 		fmt.Fprintln(w, b.String())
 	}
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
 }
 
 // WriteQPs prints the per-QP counters as `rdma statistic qp show` does:
@@ -66,6 +78,9 @@ type LinkJSON struct {
 	PID      int               `json:"pid"`
 	Comm     string            `json:"comm"`
 	Counters map[string]uint64 `json:"counters"`
+	// ECN is the device's congestion control and its DCQCN parameters
+	// (mlx5's names and units, as softib devinfo --json shows them).
+	ECN *rxe.ECNInfo `json:"ecn,omitempty"`
 }
 
 // QPJSON is one QP in `softib stat qp --json`.
@@ -86,7 +101,7 @@ type QPJSON struct {
 func Links(sns []*Snapshot) []LinkJSON {
 	out := []LinkJSON{}
 	for _, sn := range sns {
-		l := LinkJSON{IfName: sn.Device, Port: sn.Port, Addr: sn.Addr.String(), PID: sn.PID, Comm: sn.Comm, Counters: map[string]uint64{}}
+		l := LinkJSON{IfName: sn.Device, Port: sn.Port, Addr: sn.Addr.String(), PID: sn.PID, Comm: sn.Comm, Counters: map[string]uint64{}, ECN: sn.ECN}
 		for _, c := range sn.Counters {
 			l.Counters[c.Name] = c.Value
 		}

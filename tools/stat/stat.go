@@ -39,6 +39,9 @@ type Snapshot struct {
 	Comm      string         `json:"comm"`
 	Counters  []rxe.Counter  `json:"counters"`
 	Resources rxe.Resources  `json:"resources"`
+	// ECN is the device's congestion control (rxe.Config.ECN, --ecn):
+	// on or off and its DCQCN parameters; nil for a device without it.
+	ECN *rxe.ECNInfo `json:"ecn,omitempty"`
 }
 
 // Introspector is a device that can report counters and resources
@@ -52,8 +55,13 @@ type Introspector interface {
 
 // Take reads a snapshot of dev in this process.
 func Take(dev Introspector) Snapshot {
-	return Snapshot{Device: dev.Name(), Port: 1, Addr: dev.Addr(), PID: os.Getpid(), Comm: comm(),
+	sn := Snapshot{Device: dev.Name(), Port: 1, Addr: dev.Addr(), PID: os.Getpid(), Comm: comm(),
 		Counters: dev.Counters(), Resources: dev.Resources()}
+	if e, ok := dev.(interface{ ECN() rxe.ECNConfig }); ok {
+		info := e.ECN().Info()
+		sn.ECN = &info
+	}
+	return sn
 }
 
 func comm() string {

@@ -1,6 +1,7 @@
 package stat_test
 
 import (
+	"encoding/json"
 	"net"
 	"net/netip"
 	"os"
@@ -79,8 +80,11 @@ func TestPublishQuery(t *testing.T) {
 
 	var b strings.Builder
 	stat.WriteLinks(&b, sns)
-	if !strings.HasPrefix(b.String(), "link rxe0/1 sent_pkts 0 rcvd_pkts 0 duplicate_request 0") {
+	if !strings.HasPrefix(b.String(), "link rxe0/1 sent_pkts 0 rcvd_pkts 0 duplicate_request 0") || !strings.HasSuffix(b.String(), " ecn off]\n") {
 		t.Errorf("stat line: %s", b.String())
+	}
+	if sn.ECN == nil || sn.ECN.Enable {
+		t.Errorf("snapshot ECN of a device with ECN off: %+v", sn.ECN)
 	}
 	b.Reset()
 	stat.WriteQPs(&b, sns)
@@ -103,5 +107,46 @@ func TestPublishQuery(t *testing.T) {
 	}
 	if _, err := stat.QueryAll(netip.Addr{}); err != stat.ErrNoDevices {
 		t.Errorf("QueryAll with nothing published: %v", err)
+	}
+}
+
+// TestPublishECN: the snapshot carries the device's congestion control,
+// on with its DCQCN parameters (defaults and set ones, mlx5's names and
+// units): the stat line says "ecn on" and --json has the parameters.
+func TestPublishECN(t *testing.T) {
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	d, err := rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: testaddr.Next()}, ECN: rxe.ECNConfig{Enable: true, MaxRate: 25e9}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	s, err := stat.Publish(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	sn, err := stat.Query(s.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := sn.ECN; e == nil || !e.Enable || e.Algorithm != "DCQCN" || e.MinTimeBetweenCNPs != 4 || e.MaxRate != 25000 || e.TimeReset != 300 ||
+		e.ClampTgtRate || !e.ClampTgtRateAfterTimeInc {
+		t.Fatalf("snapshot ECN: %+v", sn.ECN)
+	}
+	var b strings.Builder
+	stat.WriteLinks(&b, []*stat.Snapshot{sn})
+	if !strings.HasSuffix(b.String(), " ecn on]\n") {
+		t.Errorf("stat line: %s", b.String())
+	}
+	j, err := json.Marshal(stat.Links([]*stat.Snapshot{sn}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back []map[string]any
+	if err := json.Unmarshal(j, &back); err != nil || len(back) != 1 {
+		t.Fatalf("json %s: %v", j, err)
+	}
+	if e, _ := back[0]["ecn"].(map[string]any); e["enable"] != true || e["rpg_max_rate_mbps"] != 25000.0 || e["min_time_between_cnps_us"] != 4.0 {
+		t.Errorf("stat --json ecn: %v", back[0]["ecn"])
 	}
 }

@@ -117,7 +117,8 @@ func startNSCapture(t *testing.T, n, prober *netns.Node, probeTo netip.Addr) *ns
 // holds sends back: logged); with the marking removed, A's rate recovers
 // as it sends. On the wire (dumpcap in B's namespace, decoded by
 // tshark) A's packets carry ECT(0) or CE, B's ECT(0), and B's CNPs are
-// opcode 129 to A's QP.
+// opcode 129 to A's QP. The same for UD QPs (ipv4-ud): B's CNPs go to the
+// source QP of A's marked datagrams.
 func TestNetnsECN(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireTool(t, "nft")
@@ -127,6 +128,84 @@ func TestNetnsECN(t *testing.T) {
 			name = "ipv6"
 		}
 		t.Run(name, func(t *testing.T) { netnsECN(t, v6) })
+	}
+	t.Run("ipv4-ud", netnsECNUD)
+}
+
+// netnsECNUD is TestNetnsECN's UD case: A's UD datagrams to B are
+// CE-marked on the way (20%); B's UD QP sends CNPs to the source QP in
+// their DETH at A's address, A's UD QP handles them and its limiter cuts
+// its rate; on the wire (tshark in B's namespace) B's CNPs are opcode
+// 129 to A's UD QP.
+func netnsECNUD(t *testing.T) {
+	p := netns.NewPair(t, netns.PairConfig{})
+	open := func(n *netns.Node, addr netip.Addr) *rxe.Device {
+		var d verbs.Device
+		if err := n.Do(func() (err error) {
+			d, err = rxe.Open(rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: addr, NetMTU: n.MTU, FixedSourcePort: true}, ECN: rxe.ECNConfig{Enable: true}})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		return d.(*rxe.Device)
+	}
+	da, db := open(p.A, p.A.Addr), open(p.B, p.B.Addr)
+	a, b := newEnd(t, da, verbs.QPTypeUD, 1<<20), newEnd(t, db, verbs.QPTypeUD, 1<<20)
+	connect(t, a, b, connOpts{})
+	connect(t, b, a, connOpts{})
+	ah, err := a.pd.CreateAH(&verbs.AHAttr{IsGlobal: true, GRH: verbs.GlobalRoute{DGID: verbs.GIDFromAddr(p.B.Addr), SGIDIndex: 1, HopLimit: 64}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	capt := startNSCapture(t, p.B, p.A, p.B.Addr)
+	if err := runIn(p.A, ceMarkRules("ip", 20)); err != nil {
+		t.Fatalf("nft: %v", err)
+	}
+	const n, size = 512, 1024
+	for i := range n {
+		postRecv(t, b, verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{b.mr.SGE((i%256)*2048, 40+size)}})
+	}
+	for i := 0; i < n; i += 16 {
+		var wrs []verbs.SendWR
+		for j := range 16 {
+			wrs = append(wrs, verbs.SendWR{ID: uint64(i + j), Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+				SGL: []verbs.SGE{a.mr.SGE(0, size)}, AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: 0x11111111})
+		}
+		post(t, a, wrs...)
+		waitWC(t, a.cq, 16)
+	}
+	// The CNPs travel on their own: wait for A to have handled one (hang
+	// guard 20 s).
+	for deadline := time.Now().Add(20 * time.Second); rxe.CQDeviceStats(a.cq)["RPCNPHandled"] == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("hang guard: A handled no CNP; B %v", rxe.CQDeviceStats(b.cq))
+		}
+	}
+	as, bs := rxe.CQDeviceStats(a.cq), rxe.CQDeviceStats(b.cq)
+	_, rate, minRate, cuts := rxe.QPRate(a.qp)
+	t.Logf("B: %d CE-marked datagrams, %d CNPs sent; A: %d CNPs handled, %d cuts, lowest rate %.3g b/s, now %.3g",
+		bs["NPECNMarked"], bs["NPCNPSent"], as["RPCNPHandled"], cuts, minRate, rate)
+	if bs["NPECNMarked"] == 0 || bs["NPCNPSent"] == 0 || as["RPCNPHandled"] > bs["NPCNPSent"] || cuts == 0 || as["NoQP"]+as["BadQPType"] != 0 {
+		t.Fatalf("counters: A %v; B %v; %d cuts", as, bs, cuts)
+	}
+	if err := runIn(p.A, "delete table ip softib_ecn\n"); err != nil {
+		t.Fatal(err)
+	}
+	capt.stop()
+	rows := tsharktest.Fields(t, capt.path, []string{"ip.src", "infiniband.bth.opcode", "infiniband.bth.destqp"}, "-Y", "infiniband")
+	cnps := 0
+	for _, r := range rows {
+		if netip.MustParseAddr(r[0]) == p.B.Addr && r[1] == "129" {
+			cnps++
+			if want := fmt.Sprintf("0x%06x", a.qp.QPN()); r[2] != want {
+				t.Fatalf("CNP to %s, want A's UD QP %s", r[2], want)
+			}
+		}
+	}
+	t.Logf("capture: %d CNPs from B", cnps)
+	if cnps == 0 || uint64(cnps) > bs["NPCNPSent"] {
+		t.Fatalf("capture: %d CNPs from B (B counted %d)", cnps, bs["NPCNPSent"])
 	}
 }
 

@@ -77,9 +77,59 @@ func TestPushFrame(t *testing.T) {
 		{[]string{"Malformed Packet"}, "1", "0", "0x8000000000000000", false},
 		{nil, "1", "0", "0x8000000000000000", false},
 		{wsErr, "", "", "", false},
+		// Other messages beside the push in one TCP segment: timing.
+		{wsErr, "0,1", "0", "0x5,0x8000000000000000", true},
+		{wsErr, "2,1,3", "0,0", "0x8000000000000000,0x8000000000000000", true},
+		{wsErr, "1,1", "0", "0x8000000000000000", false}, // lists that do not pair
 	} {
 		if got := PushFrame(c.errs, c.types, c.ptls, c.mbits); got != c.want {
 			t.Errorf("PushFrame(%q, %q, %q, %q) = %v, want %v", c.errs, c.types, c.ptls, c.mbits, got, c.want)
+		}
+	}
+}
+
+func TestFrameMsgs(t *testing.T) {
+	// As Wireshark 4.0 lists them: portals for PUTs and GETs, match bits
+	// for ACKs, PUTs and GETs, nothing for REPLYs.
+	msgs, ok := FrameMsgs("0,1,3,2", "51,0", "0x7,0x2,0x8000000000000000")
+	want := []Msg{{Type: "0"}, {Type: "1", Portal: "51", Bits: 2}, {Type: "3"}, {Type: "2", Portal: "0", Bits: pingMatchBits}}
+	if !ok || len(msgs) != len(want) {
+		t.Fatalf("FrameMsgs = %v, %v", msgs, ok)
+	}
+	for i := range want {
+		if msgs[i] != want[i] {
+			t.Errorf("message %d: %+v, want %+v", i, msgs[i], want[i])
+		}
+	}
+	for _, c := range [][3]string{{"1,1", "52", "0x1,0x2"}, {"0,1", "52", "0x1"}, {"1", "52", "junk"}} {
+		if _, ok := FrameMsgs(c[0], c[1], c[2]); ok {
+			t.Errorf("FrameMsgs(%q, %q, %q) paired", c[0], c[1], c[2])
+		}
+	}
+}
+
+func TestSelftestFrame(t *testing.T) {
+	wsErr := []string{"Capture:144 offset:96 (length:0) msg_type:1 ib_type:00"}
+	exc := []string{"Malformed Packet (Exception occurred)"}
+	for _, c := range []struct {
+		errs               []string
+		types, ptls, mbits string
+		replies, want      bool
+	}{
+		{wsErr, "1", "51", "0x1", false, true},
+		{exc, "2", "52", "0x1", false, true},
+		{wsErr, "0,1", "52", "0x2,0x1", false, true},                  // an ACK in the same segment
+		{wsErr, "1,2", "51,0", "0x1,0x8000000000000000", false, true}, // and a ping GET
+		{wsErr, "1,1", "51,0", "0x1,0x8000000000000000", false, true}, // and a push
+		{wsErr, "1,1", "51,12", "0x1,0x1", false, false},              // a PUT to another portal may be the one
+		{wsErr, "3", "", "", false, false},
+		{wsErr, "3", "", "", true, true},
+		{wsErr, "0", "", "", true, false},
+		{[]string{"something else"}, "1", "51", "0x1", false, false},
+		{nil, "1", "51", "0x1", false, false},
+	} {
+		if got := SelftestFrame(c.errs, c.types, c.ptls, c.mbits, c.replies); got != c.want {
+			t.Errorf("SelftestFrame(%q, %q, %q, %q, %v) = %v, want %v", c.errs, c.types, c.ptls, c.mbits, c.replies, got, c.want)
 		}
 	}
 }

@@ -26,6 +26,11 @@ import (
 // the router.
 
 // forwarded matches lnetctl stats show of a node that forwarded messages.
+// wsErrMsg takes the message type and o2iblnd message type out of
+// Wireshark 4.0's LNet dissector error ("Capture:N offset:N (length:N)
+// msg_type:1 ib_type:00").
+var wsErrMsg = regexp.MustCompile(`msg_type:(\d+) ib_type:(\S*)`)
+
 var forwarded = regexp.MustCompile(`(?m)^\s+route_count: [1-9]`)
 
 // rtQuick is the part of `softib lst quick --json` the tests read.
@@ -258,7 +263,7 @@ func TestInteropRouteKernelRouter(t *testing.T) {
 
 // checkRouteDecode has tshark decode a capture of routed traffic and
 // fails t for every malformed frame or error except Wireshark 4.0's LNet
-// dissector limitation (wsUnknownPortal): it reads a PUT's payload on an
+// dissector limitation (lustre.SelftestFrame): it reads a PUT's payload on an
 // lnet_selftest portal, and a REPLY's carried by an o2iblnd PUT_REQ, as a
 // Lustre RPC. That limitation must show on the kernel's frames as on
 // softib's (same bytes on the wire), or it is softib's fault.
@@ -266,14 +271,16 @@ func checkRouteDecode(t *testing.T, path, kernelIP string) {
 	t.Helper()
 	rows := tsharktest.Fields(t, path, []string{"frame.number", "ip.src", "_ws.malformed", "_ws.expert.severity",
 		"_ws.expert.message", "_ws.col.Info", "lnet.msg_type", "lnet.ptl_index", "lnet.ib.type", "lnet.ksm_type",
-		"lnet.msg_dst_match_bits"},
+		"lnet.msg_dst_match_bits", lustre.GapField},
 		"-d", "tcp.port==988,lnet", "--disable-protocol", "rpcordma")
-	known := map[string]map[string]int{} // sender → "msg_type/ib_type" → frames
+	known := map[string]map[string]int{} // sender → "msg_type/ib_type" (or "exception") → errors
 	pushes := map[string]int{}           // sender → discovery push frames flagged
 	lnetMsgs := map[string]int{}
 	sock, ib, bad := 0, 0, 0
+	gaps := lustre.NewGaps(path)
 	for _, r := range rows {
-		types, ptls := splitList(r[6]), splitList(r[7])
+		afterGap := gaps.AfterGap(r[11], r[4])
+		types := splitList(r[6])
 		for _, ty := range types {
 			lnetMsgs[ty]++
 		}
@@ -301,21 +308,23 @@ func checkRouteDecode(t *testing.T, path, kernelIP string) {
 			pushes[r[1]]++ // a discovery push (lustre.PushFrame)
 			continue
 		}
-		ok := len(errs) > 0 && len(types) > 0
-		for _, e := range errs {
-			ok = ok && wsUnknownPortal.MatchString(e)
+		if afterGap {
+			gaps.Skipped++
+			continue
 		}
-		for i, ty := range types {
-			ok = ok && (ty == "3" || (i < len(ptls) && selftestPortals[ptls[i]]))
-		}
-		if ok {
-			// By message type, not by the frame's list of them: how many
-			// LNet messages share one TCP segment is timing, not format.
+		if lustre.SelftestFrame(errs, r[6], r[7], r[10], true) {
+			// By the message Wireshark names in its error, not by the
+			// frame's list of messages: how many LNet messages share
+			// one TCP segment is timing, not format.
 			if known[r[1]] == nil {
 				known[r[1]] = map[string]int{}
 			}
-			for _, ty := range types {
-				known[r[1]][ty+"/"+r[8]]++
+			for _, e := range errs {
+				class := "exception"
+				if m := wsErrMsg.FindStringSubmatch(e); m != nil {
+					class = m[1] + "/" + m[2]
+				}
+				known[r[1]][class]++
 			}
 			continue
 		}
@@ -324,8 +333,8 @@ func checkRouteDecode(t *testing.T, path, kernelIP string) {
 			t.Errorf("tshark: frame %s from %s malformed or in error: %q (%s)", r[0], r[1], errs, r[5])
 		}
 	}
-	t.Logf("tshark: %d frames; LNet messages %v; socklnd frames %d, o2iblnd frames %d; dissector limitation (msg_type/ib_type) by sender: %v; discovery pushes flagged, by sender: %v",
-		len(rows), lnetMsgs, sock, ib, known, pushes)
+	t.Logf("tshark: %d frames; LNet messages %v; socklnd frames %d, o2iblnd frames %d; dissector limitation (msg_type/ib_type) by sender: %v; discovery pushes flagged, by sender: %v; frames in error after a capture gap (not judged): %d",
+		len(rows), lnetMsgs, sock, ib, known, pushes, gaps.Skipped)
 	for ip, classes := range known {
 		if ip == kernelIP {
 			continue

@@ -280,6 +280,7 @@ func (q *QP) register(wr *verbs.RegWR) bool {
 	m.access = wr.Access
 	mr.m.Store(&m)
 	mr.key, mr.access = wr.Key, wr.Access
+	mr.wireKey.Store(wr.Key)
 	mr.valid.Store(true)
 	return true
 }

@@ -23,9 +23,16 @@ const pushSlots = 16
 
 // discState is the instance's discovery state.
 type discState struct {
-	off  bool                           // discovery: 0
-	push map[uint64]struct{}            // attached push-target MDs by cookie
-	pend map[lnetwire.NID]chan struct{} // pushes to peers in flight
+	off bool // discovery: 0 (DiscoveryOff or DiscoveryQuiet)
+	// quiet is DiscoveryQuiet: off, and no discovery ping either.
+	quiet bool
+	// toggling is set while SetDiscoveryMode swaps the ping buffer: the
+	// new buffer is not pushed because of its new sequence number
+	// (Lustre flips the feature bit in place and pushes only when
+	// discovery is turned off).
+	toggling bool
+	push     map[uint64]struct{}            // attached push-target MDs by cookie
+	pend     map[lnetwire.NID]chan struct{} // pushes to peers in flight
 	// stats counts discovery work (lnetctl stats show has no such
 	// counters; DiscoveryStats exposes them to tests and the daemon).
 	stats DiscoveryStats
@@ -66,28 +73,100 @@ func (d *discState) init() {
 	d.pend = make(map[lnetwire.NID]chan struct{})
 }
 
-// SetDiscovery turns dynamic discovery on or off (lnetctl set discovery
-// 0|1, lnet_peer_discovery_disabled). Off clears the DISCOVERY feature
-// bit of our ping buffer (so peers stop discovering us) and keeps peers
-// non-Multi-Rail from then on; turning it off pushes the new buffer to
-// the Multi-Rail peers, as Lustre does, so they stop discovering us.
+// DiscoveryMode is an Instance's peer discovery setting.
+type DiscoveryMode uint8
+
+const (
+	// DiscoveryOn is dynamic discovery (lnetctl set discovery 1, the
+	// default): a message to a peer that is not up to date waits while
+	// the peer is pinged (and pushed our buffer), and the reply makes a
+	// Multi-Rail peer with all the NIDs it lists.
+	DiscoveryOn DiscoveryMode = iota
+	// DiscoveryOff is Lustre's discovery off (lnetctl set discovery 0,
+	// lnet_peer_discovery_disabled): a message to a peer that is not up
+	// to date still waits for one ping of it (lnet_discover_peer_locked
+	// stops after one attempt when discovery is disabled), and a failed
+	// ping fails it. The reply marks the peer NO_DISCOVERY, records its
+	// feature bits, sequence and the status of the NIDs already known,
+	// but adds or removes no NID and never makes the peer Multi-Rail
+	// (lnet_peer_merge_data); nothing is pushed to it unless forced
+	// (lnetctl discover --force to a peer configured Multi-Rail). The
+	// peer is then up to date: later messages go at once.
+	DiscoveryOff
+	// DiscoveryQuiet is DiscoveryOff without that ping: no discovery
+	// traffic at all, messages never wait. A softib extension for tests
+	// whose LND answers no ping or that count every message;
+	// SetDiscovery(false) selects it.
+	DiscoveryQuiet
+)
+
+// String returns the mode's name.
+func (m DiscoveryMode) String() string {
+	switch m {
+	case DiscoveryOn:
+		return "on"
+	case DiscoveryOff:
+		return "off"
+	case DiscoveryQuiet:
+		return "quiet"
+	}
+	return fmt.Sprintf("DiscoveryMode(%d)", uint8(m))
+}
+
+// SetDiscovery is SetDiscoveryMode(DiscoveryOn) or, for false,
+// SetDiscoveryMode(DiscoveryQuiet) (no discovery traffic at all; lnetctl
+// set discovery 0 is DiscoveryOff, which still pings a new peer once).
 func (in *Instance) SetDiscovery(on bool) {
+	m := DiscoveryQuiet
+	if on {
+		m = DiscoveryOn
+	}
+	_ = in.SetDiscoveryMode(m) // a known mode: cannot fail
+}
+
+// SetDiscoveryMode sets peer discovery on or off (lnetctl set discovery
+// 0|1, lnet_peer_discovery_disabled; see the modes). Turning discovery
+// off clears the DISCOVERY feature bit of our ping buffer and pushes the
+// buffer to the Multi-Rail peers, so they stop discovering us; turning
+// it on sets the bit and pushes nothing (as Lustre's discovery_set). The
+// peers' states are left alone: a peer discovered while off stays
+// non-Multi-Rail until it is discovered again (lnetctl discover, or a
+// push from it). An unknown mode is refused with ErrInvalid.
+func (in *Instance) SetDiscoveryMode(m DiscoveryMode) error {
+	if m > DiscoveryQuiet {
+		return fmt.Errorf("%w: discovery mode %v", ErrInvalid, m)
+	}
 	in.mu.Lock()
-	if in.disc.off == !on {
+	off := m != DiscoveryOn
+	in.disc.quiet = m == DiscoveryQuiet
+	if in.disc.off == off {
 		in.mu.Unlock()
-		return
+		return nil
 	}
-	in.disc.off = !on
-	for _, lp := range in.lpeers {
-		if !on {
-			lp.state |= PeerRediscover
-		}
-		lp.state &^= PeerNIDsUptodate
-	}
-	targets := in.pushTargetsLocked(!on)
+	in.disc.off = off
+	in.disc.toggling = true
 	in.updatePingLocked()
+	in.disc.toggling = false
+	var targets []lnetwire.NID
+	if off {
+		targets = in.pushTargetsLocked(true)
+	}
 	in.mu.Unlock()
 	in.pushAsync(targets)
+	return nil
+}
+
+// DiscoveryMode returns the discovery setting.
+func (in *Instance) DiscoveryMode() DiscoveryMode {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	switch {
+	case !in.disc.off:
+		return DiscoveryOn
+	case in.disc.quiet:
+		return DiscoveryQuiet
+	}
+	return DiscoveryOff
 }
 
 // DiscoveryEnabled is LNetGetPeerDiscoveryStatus: whether dynamic
@@ -163,8 +242,9 @@ func (in *Instance) knownPrimaryLocked(nid lnetwire.NID) lnetwire.NID {
 // Discover is `lnetctl discover NID` (lnet_discover): it runs a discovery
 // round for the peer owning nid (ping; push our buffer to a Multi-Rail
 // peer that lacks it, or always with force) and returns what is known
-// of the peer afterwards. With discovery off nothing is sent: the result
-// is the peer as known (one NID, not Multi-Rail unless configured so).
+// of the peer afterwards. With DiscoveryOff the round is the one ping
+// the kernel still sends (the peer keeps its NIDs, not Multi-Rail unless
+// configured so); with DiscoveryQuiet nothing is sent.
 func (in *Instance) Discover(ctx context.Context, nid lnetwire.NID, force bool) (DiscoverResult, error) {
 	if nid == lnetwire.NIDAny || nid == lnetwire.NIDLo0 {
 		return DiscoverResult{}, ErrInvalid
@@ -179,9 +259,9 @@ func (in *Instance) discover(ctx context.Context, nid lnetwire.NID, force bool) 
 			in.mu.Unlock()
 			return DiscoverResult{}, ErrClosed
 		}
-		if in.disc.off {
-			// As lnet_discover: the peer is looked up (created if new)
-			// and reported as it is; nothing is sent.
+		if in.disc.quiet {
+			// The peer is looked up (created if new), as lnet_discover
+			// does, and reported as it is; nothing is sent.
 			if in.lpeerLocked(nid) == nil && in.byNID[nid] == nil {
 				in.peerTrafficAddLocked(nid)
 			}
@@ -288,11 +368,11 @@ func (in *Instance) gwDiscoveryLocked(lp *lpeer) bool {
 // (lnet_peer_discovery_complete). Responses and the reserved portal's
 // ping and push traffic never wait (lnet_msg_discovery: discovery needs
 // them), nor do forwarded messages, recovery pings, messages to a
-// gateway the router checker is pinging, or anything while discovery is
-// off (softib then sends no discovery ping at all, where the kernel still
-// pings a new peer once).
+// gateway the router checker is pinging, or anything with
+// DiscoveryQuiet. With DiscoveryOff a message waits as with discovery on:
+// the round is then a ping only (see DiscoveryOff).
 func (in *Instance) holdForDiscoveryLocked(m *message) bool {
-	if in.disc.off || in.closed || m.routing || m.recovery || isResponse(m) || reservedMsg(m) {
+	if in.disc.quiet || in.closed || m.routing || m.recovery || isResponse(m) || reservedMsg(m) {
 		return false
 	}
 	dst := m.Hdr.DestNID
@@ -324,7 +404,7 @@ func (in *Instance) holdForDiscoveryLocked(m *message) bool {
 // selected again when the round ends. The same messages as in
 // holdForDiscoveryLocked never wait.
 func (in *Instance) holdForGatewayLocked(m *message, dst lnetwire.NID) bool {
-	if in.globals.LiveRouterCheckInterval >= 0 || in.disc.off || in.closed || m.ni == nil || m.ni.lo ||
+	if in.globals.LiveRouterCheckInterval >= 0 || in.disc.quiet || in.closed || m.ni == nil || m.ni.lo ||
 		m.routing || m.recovery || isResponse(m) || reservedMsg(m) || in.rc.ctx.Err() != nil {
 		return false
 	}
@@ -437,7 +517,9 @@ func (in *Instance) discoverRound(ctx context.Context, nid lnetwire.NID, lp *lpe
 	if cur := in.mergeLocked(lp, res.Features, res.Seq, res.NIDs); cur != nil {
 		lp = cur
 	}
-	push := lp.isMR() && !in.disc.off && (force || seqBefore(lp.disc().nodeSeqno, in.ping.seq))
+	// lnet_peer_needs_push: a forced push goes to a Multi-Rail peer even
+	// with discovery off (only a peer configured Multi-Rail is one then).
+	push := lp.isMR() && (force || !in.disc.off && seqBefore(lp.disc().nodeSeqno, in.ping.seq))
 	if push {
 		lp.state |= PeerPushSent
 	}
@@ -484,7 +566,9 @@ func (in *Instance) mergeLocked(lp *lpeer, features, seq uint32, nis []lnetwire.
 	}
 	lp.features = features
 	lp.disc().peerSeqno = seq
-	if features&lnetwire.PingFeatDiscovery == 0 {
+	// NO_DISCOVERY: the peer has discovery off, or we have
+	// (lnet_discovery_event_reply).
+	if features&lnetwire.PingFeatDiscovery == 0 || in.disc.off {
 		lp.state |= PeerNoDiscovery
 	} else {
 		lp.state &^= PeerNoDiscovery
@@ -700,10 +784,6 @@ func (in *Instance) pushReceived(from lnetwire.ProcessID, b []byte, truncated bo
 		return
 	}
 	in.disc.stats.PushesReceived++
-	if in.disc.off {
-		// Discovery off: the data changes nothing (peers stay non-MR).
-		return
-	}
 	var seq uint32
 	var nis []lnetwire.PingNI
 	for _, e := range info.NIs {
@@ -720,6 +800,11 @@ func (in *Instance) pushReceived(from lnetwire.ProcessID, b []byte, truncated bo
 	if lp == nil {
 		lp = in.lpeerLocked(nis[0].NID)
 	}
+	if lp == nil && in.disc.off {
+		// With discovery off a push only refreshes a known peer's
+		// features and NID statuses (mergeLocked keeps its NIDs).
+		return
+	}
 	if lp == nil {
 		lp = in.peerTrafficAddLocked(from.NID).lp
 	}
@@ -734,7 +819,7 @@ func (in *Instance) pushReceived(from lnetwire.ProcessID, b []byte, truncated bo
 // peers that have an older one (our NIs changed). Called with mu held
 // from updatePingLocked; the pushes run outside the lock.
 func (in *Instance) pushAfterChangeLocked() {
-	if in.disc.off || in.closed || in.rc.ctx.Err() != nil {
+	if in.disc.off || in.disc.toggling || in.closed || in.rc.ctx.Err() != nil {
 		return
 	}
 	targets := in.pushTargetsLocked(false)

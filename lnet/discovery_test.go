@@ -278,3 +278,97 @@ func TestMRMatchSecondaryNID(t *testing.T) {
 		}
 	})
 }
+
+// TestDiscoveryOffKernel: with DiscoveryOff (lnetctl set discovery 0) a
+// discover is the one ping Lustre's kernel still sends: B answers, A
+// records B's features (NO_DISCOVERY: ours is off) and marks it
+// discovered and up to date, but keeps the one NID it knew (B's tcp1 NID
+// stays unknown), does not make it Multi-Rail and pushes nothing;
+// PrimaryNID asks nothing. An unknown mode is refused.
+func TestDiscoveryOffKernel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b, nidB2 := discoveryPair(t)
+		if err := a.SetDiscoveryMode(lnet.DiscoveryOff); err != nil {
+			t.Fatal(err)
+		}
+		if m := a.DiscoveryMode(); m != lnet.DiscoveryOff || a.DiscoveryEnabled() {
+			t.Fatalf("mode %v, enabled %v", m, a.DiscoveryEnabled())
+		}
+		r, err := a.Discover(context.Background(), nidB, false)
+		if err != nil || r.MultiRail || len(r.NIDs) != 1 || r.NIDs[0] != nidB {
+			t.Fatalf("discover with discovery off: %+v %v", r, err)
+		}
+		want := lnet.PeerDiscovered | lnet.PeerNIDsUptodate | lnet.PeerNoDiscovery
+		st, lastErr, _ := a.PeerDiscoveryState(nidB)
+		if st&want != want || st&lnet.PeerMultiRail != 0 || lastErr != nil {
+			t.Fatalf("B's state %#x %v, want DISCOVERED|NIDS_UPTODATE|NO_DISCOVERY, not MULTI_RAIL", st, lastErr)
+		}
+		if _, _, ok := a.PeerDiscoveryState(nidB2); ok {
+			t.Fatal("B's tcp1 NID became known with discovery off")
+		}
+		if p := a.PrimaryNID(nidB2); p != nidB2 {
+			t.Fatalf("PrimaryNID with discovery off = %v", p)
+		}
+		synctest.Wait()
+		if s := a.DiscoveryStats(); s.Rounds != 1 || s.PushesSent != 0 {
+			t.Fatalf("A stats %+v: want one round (the ping), no push", s)
+		}
+		if s := b.DiscoveryStats(); s.PushesReceived != 0 {
+			t.Fatalf("B stats %+v: got a push", s)
+		}
+		if err := a.SetDiscoveryMode(lnet.DiscoveryMode(7)); !errors.Is(err, lnet.ErrInvalid) {
+			t.Fatalf("unknown mode: %v", err)
+		}
+	})
+}
+
+// TestSetDiscoveryToggle: turning discovery off on a running node pushes
+// the buffer (DISCOVERY bit cleared) to the Multi-Rail peers, which then
+// mark us NO_DISCOVERY; turning it on again sets the bit and pushes
+// nothing (Lustre's discovery_set). Our own peer states are untouched:
+// B stays a discovered Multi-Rail peer with both NIDs.
+func TestSetDiscoveryToggle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b, nidB2 := discoveryPair(t)
+		if _, err := a.Discover(context.Background(), nidB, false); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if s := b.DiscoveryStats(); s.PushesReceived != 1 {
+			t.Fatalf("B stats after discovery %+v", s)
+		}
+		feat := func() uint32 {
+			res, err := b.Ping(context.Background(), lnetwire.ProcessID{NID: nidA, PID: lnetwire.PIDAny}, time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return res.Features
+		}
+		a.SetDiscoveryMode(lnet.DiscoveryOff)
+		synctest.Wait()
+		if s := b.DiscoveryStats(); s.PushesReceived != 2 {
+			t.Fatalf("B stats after A turned discovery off %+v: want the push", s)
+		}
+		if p, ok := b.PeerOf(nidA); !ok || p.State&lnet.PeerNoDiscovery == 0 {
+			t.Fatalf("B's peer A after the push: %+v %v, want NO_DISCOVERY", p, ok)
+		}
+		if f := feat(); f&lnetwire.PingFeatDiscovery != 0 {
+			t.Fatalf("A's features %#x with discovery off", f)
+		}
+		want := lnet.PeerDiscovered | lnet.PeerNIDsUptodate | lnet.PeerMultiRail
+		if st, _, _ := a.PeerDiscoveryState(nidB2); st&want != want {
+			t.Fatalf("A's peer B after turning off: %#x", st)
+		}
+		a.SetDiscoveryMode(lnet.DiscoveryOn)
+		synctest.Wait()
+		if s := b.DiscoveryStats(); s.PushesReceived != 2 {
+			t.Fatalf("B stats after A turned discovery on %+v: want no push", s)
+		}
+		if f := feat(); f&lnetwire.PingFeatDiscovery == 0 {
+			t.Fatalf("A's features %#x with discovery on", f)
+		}
+		if st, _, _ := a.PeerDiscoveryState(nidB2); st&want != want {
+			t.Fatalf("A's peer B after turning on: %#x", st)
+		}
+	})
+}

@@ -66,11 +66,14 @@
 // Status ErrTimeout (Globals.ResponseTracking selects GET, PUT, both or
 // none), and the health of the peer NI the request went to drops.
 //
-// Discovery (discovery.go): unless SetDiscovery(false), the first PUT or
-// GET to a peer that discovery has not brought up to date waits while the
-// peer is pinged (and pushed our NIDs, if Multi-Rail), then leaves with
-// the peer's NIDs known, or fails with the discovery error; responses and
-// the reserved portal's ping and push traffic never wait.
+// Discovery (discovery.go): unless SetDiscovery(false) (DiscoveryQuiet),
+// the first PUT or GET to a peer that discovery has not brought up to
+// date waits while the peer is pinged (and pushed our NIDs, if
+// Multi-Rail), then leaves with the peer's NIDs known, or fails with the
+// discovery error; responses and the reserved portal's ping and push
+// traffic never wait. DiscoveryOff (lnetctl set discovery 0) still pings
+// a new peer once, as Lustre's kernel, but learns no NIDs and pushes
+// nothing.
 //
 // Multi-Rail: a node may have several NIs on one net and on several nets;
 // a peer (AddPeer, discovery, or traffic) may have several NIDs

@@ -72,7 +72,7 @@ type PeerState uint32
 // Peer state bits (lib-types.h).
 const (
 	PeerMultiRail      PeerState = 1 << 0  // Multi-Rail aware
-	PeerNoDiscovery    PeerState = 1 << 1  // the peer has discovery off
+	PeerNoDiscovery    PeerState = 1 << 1  // the peer has discovery off, or we had when it answered
 	PeerRouterEnabled  PeerState = 1 << 2  // it routes (no RTE_DISABLED bit)
 	PeerConfigured     PeerState = 1 << 3  // configured (lnetctl, YAML)
 	PeerDiscovered     PeerState = 1 << 4  // passed through discovery

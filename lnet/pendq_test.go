@@ -377,3 +377,67 @@ func TestPendqGatewayDiscoveredWithCheckerOff(t *testing.T) {
 		}
 	})
 }
+
+// TestPendqDiscoveryOffPingsOnce: with DiscoveryOff (lnetctl set
+// discovery 0) the first PUTs to a new peer still wait for one ping of it
+// (as Lustre's kernel), then leave in order; no push goes and the peer is
+// up to date: the next PUT leaves at once. A PUT to a peer whose ping
+// fails fails with it.
+func TestPendqDiscoveryOffPingsOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newPendqRig(t)
+		if err := r.a.SetDiscoveryMode(lnet.DiscoveryOff); err != nil {
+			t.Fatal(err)
+		}
+		r.n.Hold(true)
+		pendqPut(t, r.a, r.eqA, r.idB(), 1)
+		pendqPut(t, r.a, r.eqA, r.idB(), 2)
+		synctest.Wait()
+		if got, s := r.n.Held(), r.a.DiscoveryStats(); got != 1 || s.MsgsHeld != 2 || s.RoundsOnSend != 1 {
+			t.Fatalf("%d messages on the network, stats %+v; want only the ping, 2 PUTs held", got, s)
+		}
+		r.n.Hold(false)
+		r.n.Release(-1)
+		synctest.Wait()
+		var bits []uint64
+		for _, ev := range drain(t, r.eqB) {
+			if ev.Type == lnet.EventPut && ev.Status == nil {
+				bits = append(bits, ev.MatchBits)
+			}
+		}
+		if len(bits) != 2 || bits[0] != 1 || bits[1] != 2 {
+			t.Fatalf("B received match bits %v, want [1 2]", bits)
+		}
+		st, _, _ := r.a.PeerDiscoveryState(nidB)
+		want := lnet.PeerDiscovered | lnet.PeerNIDsUptodate | lnet.PeerNoDiscovery
+		if st&want != want || st&lnet.PeerMultiRail != 0 {
+			t.Fatalf("B's state %#x", st)
+		}
+		if s, sb := r.a.DiscoveryStats(), r.b.DiscoveryStats(); s.PushesSent != 0 || sb.PushesReceived != 0 || s.Rounds != 1 {
+			t.Fatalf("stats A %+v B %+v: want one round, no push", s, sb)
+		}
+		r.n.Hold(true)
+		pendqPut(t, r.a, r.eqA, r.idB(), 3)
+		synctest.Wait()
+		if got, s := r.n.Held(), r.a.DiscoveryStats(); got != 1 || s.MsgsHeld != 2 || s.Rounds != 1 {
+			t.Fatalf("PUT to the pinged peer: %d on the network, stats %+v", got, s)
+		}
+		r.n.Hold(false)
+		r.n.Release(-1)
+		synctest.Wait()
+		drain(t, r.eqA)
+
+		dead := lnetwire.ProcessID{NID: lnetwire.MustParseNID("10.0.0.99@tcp"), PID: r.b.PID()}
+		pendqPut(t, r.a, r.eqA, dead, 4)
+		synctest.Wait()
+		failed := false
+		for _, ev := range drain(t, r.eqA) {
+			if ev.Type == lnet.EventSend && ev.Status != nil {
+				failed = true
+			}
+		}
+		if s := r.a.DiscoveryStats(); !failed || s.PingsFailed != 1 {
+			t.Fatalf("PUT to an unreachable peer: failed %v, stats %+v", failed, s)
+		}
+	})
+}

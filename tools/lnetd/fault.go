@@ -354,10 +354,17 @@ func (d *Daemon) opDiscover(ctx context.Context, raw json.RawMessage) (any, *OpE
 }
 
 // applyDiscovery gives the core the discovery global (lnetctl set
-// discovery, YAML global: discovery).
+// discovery, YAML global: discovery). 0 is the kernel's discovery off
+// (lnet.DiscoveryOff): a new peer is still pinged once, nothing pushed.
 func (d *Daemon) applyDiscovery() {
 	d.mu.Lock()
 	v, ok := d.global.Get("discovery")
 	d.mu.Unlock()
-	d.in.SetDiscovery(!ok || v != 0)
+	m := lnet.DiscoveryOn
+	if ok && v == 0 {
+		m = lnet.DiscoveryOff
+	}
+	if err := d.in.SetDiscoveryMode(m); err != nil {
+		d.log.Warn("lnetd: discovery", "err", err)
+	}
 }

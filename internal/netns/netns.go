@@ -188,27 +188,60 @@ func NewPair(t testing.TB, cfg PairConfig) *Pair {
 	return p
 }
 
-// waitLink returns once an IPv4 ping crossed the veth in each direction:
-// `ip link set up` returns before the kernel attaches the veth's qdisc,
-// and until then the link drops what is sent (a test sending datagrams
-// without retransmission at once lost its first ones). The relay mode's
-// link is up when its file descriptors are, and probing it would draw
-// from its seeded impairment.
+// waitLink returns once the veth carries traffic in each direction: an
+// IPv4 ping, and when both nodes have IPv6 addresses, the sender's IPv6
+// multicast route and an IPv6 ping. `ip link set up` returns before the
+// kernel attaches the veth's qdisc, and until then the link drops what
+// is sent (a test sending datagrams without retransmission at once lost
+// its first ones); IPv6 finds the link ready later still, and until it
+// adds the interface's ff00::/8 route (local table) it drops every IPv6
+// multicast datagram it receives (Ip6InNoRoutes; TestMcastIPv6Netns in
+// rxe lost all 16 to it). The relay mode's link is up when its file
+// descriptors are, and probing it would draw from its seeded impairment.
 func waitLink(t testing.TB, a, b *Node) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for _, d := range [][2]*Node{{a, b}, {b, a}} {
+	deadline := time.Now().Add(20 * time.Second)
+	poll := func(what string, ok func() error) {
 		for {
-			err := run(nil, "ip", "netns", "exec", d[0].Name, "ping", "-n", "-q", "-c", "1", "-W", "1", d[1].Addr.String())
+			err := ok()
 			if err == nil {
-				break
+				return
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("netns: %s cannot reach %s over the new veth: %v", d[0].Name, d[1].Addr, err)
+				t.Fatalf("netns: %s over the new veth: %v", what, err)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
+	v6 := a.Addr6.IsValid() && b.Addr6.IsValid()
+	for _, d := range [][2]*Node{{a, b}, {b, a}} {
+		from, to := d[0], d[1]
+		poll(fmt.Sprintf("%s cannot reach %s", from.Name, to.Addr), func() error {
+			return run(nil, "ip", "netns", "exec", from.Name, "ping", "-n", "-q", "-c", "1", "-W", "1", to.Addr.String())
+		})
+		if !v6 {
+			continue
+		}
+		poll(fmt.Sprintf("%s has no IPv6 multicast route on %s", from.Name, from.Dev), func() error {
+			return from.checkMcastRoute6()
+		})
+		poll(fmt.Sprintf("%s cannot reach %s", from.Name, to.Addr6), func() error {
+			return run(nil, "ip", "netns", "exec", from.Name, "ping", "-6", "-n", "-q", "-c", "1", "-W", "1", to.Addr6.String())
+		})
+	}
+}
+
+// checkMcastRoute6 returns an error until n.Dev has its IPv6 multicast
+// route, ff00::/8 in the local table.
+func (n *Node) checkMcastRoute6() error {
+	out, err := exec.Command("ip", "-n", n.Name, "-6", "route", "show", "table", "local", "type", "multicast", "dev", n.Dev).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip route: %v: %s", err, out)
+	}
+	if !strings.Contains(string(out), "ff00::/8") {
+		return errors.New("no ff00::/8 route yet")
+	}
+	return nil
 }
 
 // New creates cfg.N namespaces on one segment: a veth pair for two

@@ -170,12 +170,12 @@ func newConn(d *Driver, nc net.Conn) *conn {
 	c := &conn{
 		d:       d,
 		nc:      nc,
-		src:     capReader{r: nc},
 		raw:     rawConn(nc),
 		kick:    make(chan struct{}, 1),
 		closing: make(chan struct{}),
 		rxCh:    make(chan rxReq, 1),
 	}
+	c.src = capReader{r: nc, raw: c.raw}
 	c.br = bufio.NewReaderSize(&c.src, rxBufSize)
 	return c
 }
@@ -184,16 +184,27 @@ func newConn(d *Driver, nc net.Conn) *conn {
 // one read, so that after a payload kept in a pipe the reader fetches the
 // next header alone rather than up to rxBufSize of a payload it would
 // then copy into the next pipe.
+//
+// With raw set (a kernel socket) reads are raw system calls
+// (keep_linux.go rawRead says why); p, n, err and fn are their state.
 type capReader struct {
 	r   io.Reader
 	max int
+	raw syscall.RawConn
+	p   []byte
+	n   int
+	err error
+	fn  func(fd uintptr) bool
 }
 
 func (r *capReader) Read(p []byte) (int, error) {
 	if r.max > 0 && len(p) > r.max {
 		p = p[:r.max]
 	}
-	return r.r.Read(p)
+	if r.raw == nil {
+		return r.r.Read(p)
+	}
+	return r.rawRead(p)
 }
 
 func (c *conn) String() string {
@@ -504,8 +515,9 @@ func (c *conn) flush(batch []*tx, ping bool) error {
 	return nil
 }
 
-// write writes the batch's iovecs with writev, splicing kept payloads in
-// their places, and gives the pipes back.
+// write writes the batch's iovecs (sendmsg on a kernel socket, else
+// writev), splicing kept payloads in their places, and gives the pipes
+// back.
 func (c *conn) write() error {
 	var err error
 	start := 0
@@ -520,7 +532,9 @@ func (c *conn) write() error {
 		sp.p.l.putPipe(sp.p)
 		start = sp.at
 	}
-	if err == nil {
+	if err == nil && c.raw != nil {
+		err = c.sendBufs(c.iov[start:], false)
+	} else if err == nil {
 		c.bufs = c.iov[start:]
 		_, err = c.bufs.WriteTo(c.nc)
 	}

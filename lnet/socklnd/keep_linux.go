@@ -340,51 +340,61 @@ const maxMoreIov = 64
 // segment as the payload's first bytes. The iovec array lives in the
 // conn, and the step is bound once, so a message allocates nothing.
 type moreIO struct {
-	iov  [maxMoreIov]unix.Iovec
-	n, i int // iovecs filled, first one not fully sent
-	err  error
-	fn   func(fd uintptr) bool
+	iov   [maxMoreIov]unix.Iovec
+	n, i  int // iovecs filled, first one not fully sent
+	flags int // sendmsg flags of this call
+	err   error
+	fn    func(fd uintptr) bool
 }
 
 // writeMore writes bufs, the bytes before a spliced payload, holding
 // back the push of their last segment for the payload.
-func (c *conn) writeMore(bufs [][]byte) error {
-	if len(bufs) > maxMoreIov {
-		c.bufs = bufs[:len(bufs)-maxMoreIov]
-		if _, err := c.bufs.WriteTo(c.nc); err != nil {
-			return err
-		}
-		bufs = bufs[len(bufs)-maxMoreIov:]
-	}
+func (c *conn) writeMore(bufs [][]byte) error { return c.sendBufs(bufs, true) }
+
+// sendBufs writes bufs with sendmsg(2), at most maxMoreIov iovecs a
+// call: every call but the last with MSG_MORE, and the last one too when
+// more is set (a splice follows).
+func (c *conn) sendBufs(bufs [][]byte, more bool) error {
 	m := &c.more
 	if m.fn == nil {
 		m.fn = c.moreStep
 	}
-	m.n, m.i, m.err = 0, 0, nil
-	for _, b := range bufs {
-		if len(b) > 0 {
-			m.iov[m.n].Base = &b[0]
-			m.iov[m.n].SetLen(len(b))
-			m.n++
+	for len(bufs) > 0 {
+		k := min(len(bufs), maxMoreIov)
+		m.n, m.i, m.err = 0, 0, nil
+		m.flags = unix.MSG_DONTWAIT | unix.MSG_NOSIGNAL
+		if more || k < len(bufs) {
+			m.flags |= unix.MSG_MORE
+		}
+		for _, b := range bufs[:k] {
+			if len(b) > 0 {
+				m.iov[m.n].Base = &b[0]
+				m.iov[m.n].SetLen(len(b))
+				m.n++
+			}
+		}
+		bufs = bufs[k:]
+		err := c.raw.Write(m.fn)
+		if err == nil {
+			err = m.err
+		}
+		clear(m.iov[:m.n])
+		if err != nil {
+			return err
 		}
 	}
-	err := c.raw.Write(m.fn)
-	if err == nil {
-		err = m.err
-	}
-	clear(m.iov[:m.n])
-	return err
+	return nil
 }
 
-// moreStep sends c.more's iovecs with MSG_MORE; false asks RawConn to
-// wait until the socket is writable.
+// moreStep sends c.more's iovecs; false asks RawConn to wait until the
+// socket is writable.
 func (c *conn) moreStep(fd uintptr) bool {
 	m := &c.more
 	for m.i < m.n {
 		var h unix.Msghdr
 		h.Iov = &m.iov[m.i]
 		h.SetIovlen(m.n - m.i)
-		k, _, e := unix.Syscall(unix.SYS_SENDMSG, fd, uintptr(unsafe.Pointer(&h)), unix.MSG_MORE|unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+		k, _, e := unix.RawSyscall(unix.SYS_SENDMSG, fd, uintptr(unsafe.Pointer(&h)), uintptr(m.flags))
 		switch {
 		case e == unix.EINTR:
 			continue
@@ -413,13 +423,84 @@ func (c *conn) moreStep(fd uintptr) bool {
 	return true
 }
 
+// spliceNB is splice(2) between a pipe and a non-blocking socket with
+// SPLICE_F_NONBLOCK, as a raw call (see rawRead).
+func spliceNB(in, out, n, flags int) (int, error) {
+	k, _, e := unix.RawSyscall6(unix.SYS_SPLICE, uintptr(in), 0, uintptr(out), 0, uintptr(n), uintptr(flags))
+	if e != 0 {
+		return 0, e
+	}
+	return int(k), nil
+}
+
+// inq is the socket's unread byte count (SIOCINQ), as a raw call.
+func inq(fd uintptr) (int, error) {
+	var q int32
+	if _, _, e := unix.RawSyscall(unix.SYS_IOCTL, fd, unix.SIOCINQ, uintptr(unsafe.Pointer(&q))); e != 0 {
+		return 0, e
+	}
+	return int(q), nil
+}
+
+// rawRead reads into p with read(2) through RawConn (which waits on the
+// poller for readability and honours the read deadline).
+//
+// The hot calls of a connection (this read, sendmsg, splice, SIOCINQ)
+// are raw system calls, invisible to the Go scheduler: each is made on a
+// non-blocking socket or pipe and returns without sleeping, so it is
+// CPU work like any Go code, and nothing is gained by handing the P to
+// another thread meanwhile. A scheduler-visible call, by contrast, wakes
+// the runtime's monitor (sysmon) from its deep sleep each time an idle
+// process starts working again, and sysmon then polls every 20 µs while
+// any P is busy: on a router forwarding lst brw (busy and idle in turns
+// many times per millisecond) that was 7-10% of its CPU, 1.6-2.4
+// nanosleeps and twice as many context switches per MiB moved in every
+// lnetd (BENCHMARKS.md "Routing").
+func (r *capReader) rawRead(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if r.fn == nil {
+		r.fn = r.readStep // bound once: no allocation per read
+	}
+	r.p, r.n, r.err = p, 0, nil
+	err := r.raw.Read(r.fn)
+	if err == nil {
+		err = r.err
+	}
+	n := r.n
+	r.p, r.err = nil, nil
+	return n, err
+}
+
+// readStep is one read(2) into r.p; false asks RawConn to wait.
+func (r *capReader) readStep(fd uintptr) bool {
+	for {
+		n, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&r.p[0])), uintptr(len(r.p)))
+		switch e {
+		case 0:
+			if n == 0 {
+				r.err = io.EOF
+			}
+			r.n = int(n)
+			return true
+		case unix.EINTR:
+		case unix.EAGAIN:
+			return false
+		default:
+			r.err = e
+			return true
+		}
+	}
+}
+
 // spliceInStep moves socket bytes into c.sin.p until it holds c.sin.want;
 // false asks RawConn to wait until the socket is readable.
 func (c *conn) spliceInStep(fd uintptr) bool {
 	s := &c.sin
 	queued := false // the socket held data before the last splice
 	for s.p.n < s.want {
-		k, err := unix.Splice(int(fd), nil, s.p.w, nil, s.want-s.p.n, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+		k, err := spliceNB(int(fd), s.p.w, s.want-s.p.n, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
 		switch {
 		case k > 0:
 			s.p.n += int(k)
@@ -429,7 +510,7 @@ func (c *conn) spliceInStep(fd uintptr) bool {
 			// No data, or no room in the pipe. Data seen on the socket
 			// before a splice that still moved nothing (only we read
 			// it) means the second.
-			q, qerr := unix.IoctlGetInt(int(fd), unix.SIOCINQ)
+			q, qerr := inq(fd)
 			if qerr != nil || q == 0 {
 				return false
 			}
@@ -458,7 +539,7 @@ func (c *conn) spliceOutStep(fd uintptr) bool {
 		flags |= unix.SPLICE_F_MORE
 	}
 	for s.p.n > 0 {
-		k, err := unix.Splice(s.p.r, nil, int(fd), nil, s.p.n, flags)
+		k, err := spliceNB(s.p.r, int(fd), s.p.n, flags)
 		switch {
 		case k > 0:
 			s.p.n -= int(k)

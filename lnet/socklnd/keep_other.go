@@ -26,6 +26,8 @@ func (d *Driver) keepable() bool                   { return false }
 func (d *Driver) takeKept(*lnd.Msg) *keptPayload   { return nil }
 func (c *conn) spliceOut(*keptPayload, bool) error { return nil }
 func (c *conn) writeMore([][]byte) error           { return nil }
+func (c *conn) sendBufs([][]byte, bool) error      { return nil }
+func (r *capReader) rawRead(p []byte) (int, error) { return r.r.Read(p) }
 func rawConn(any) syscall.RawConn                  { return nil }
 
 // KeepsFor reports false: payloads are never kept off the router buffer.

@@ -81,7 +81,8 @@ import (
 // marking router CE-mark them; kernel rxe then drops softib's CNPs (and
 // softib's rate limiter never runs, since rxe sends none). softib packets
 // that kernel rxe receives with ECT(0) are accepted as any other (the
-// ICRC masks the field): TestInteropECN checks that on the QEMU guest.
+// ICRC masks the field): TestECNInteropKernelRxe checks that on the QEMU
+// guest.
 //
 // Everything runs under QP.mu, in the QP's processing round, from the
 // round's clock (Device.now): deadlines, no timers of its own. The

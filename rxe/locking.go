@@ -29,7 +29,9 @@ package rxe
 //	                  is on the socket (txbatch.go); QP.txMsgs when both
 //	                  lanes' are held. reqTx.mu before respTx.mu.
 //	fastMR.mu         an MR's staged fast-registration map (fastreg.go).
-//	keyTable.mu       Device.keys (RW): MR and MW keys, indices.
+//	keyTable.mu       Device.keys (RW): MR and MW keys, indices; the
+//	                  writes to keyTable.idx and MR.wireKey (lookup reads
+//	                  them without it).
 //	MW.mu             a memory window's binding (mw.go).
 //	SRQ.mu            an SRQ's ring, limit and dead flag (cq.go).
 //	CQ.mu             a CQ's ring, arming and overrun state (cq.go);
@@ -129,3 +131,8 @@ package rxe
 //     a yield, or the poller's next post, empty Poll or ReqNotify) and
 //     never longer than respDeferMax, which the QP timer enforces.
 //     Requests are never held.
+//  7. Received packets. A receive batch slot's packet is lent to its QP
+//     (packet.loan, device.go) and is the QP's until releaseRx; the slot
+//     reads into it again only after reclaim took it back, else it reads
+//     into a new one. The compare-and-swaps on loan, not a mutex, decide
+//     which side owns a lent packet.

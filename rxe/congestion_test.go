@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -448,5 +449,50 @@ func TestCongestionResetWithQP(t *testing.T) {
 	q.mu.Unlock()
 	if cc != nil {
 		t.Fatal("congestion state kept across a reset")
+	}
+}
+
+// TestMcastNotCE: a multicast datagram is never CE for the notification
+// point (the group sockets read no traffic class), even when the pooled
+// packet its copy is made in last carried CE: no mark is counted and no
+// CNP goes to the sender's UD QP.
+func TestMcastNotCE(t *testing.T) {
+	rig := newFuzzRig(t)
+	rig.dev.cfg.ECN = ECNConfig{Enable: true}
+	if err := rig.dev.cfg.ECN.withDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	ud := rig.dev.lookupQP(0x13)
+	if ud == nil || ud.typ != verbs.QPTypeUD {
+		t.Fatal("the rig has no UD QP 0x13")
+	}
+	group := netip.MustParseAddrPort("239.1.2.4:4791")
+	mgid := verbs.GIDFromAddr(group.Addr())
+	if err := verbs.AttachMcast(ud, mgid, 0); err != nil {
+		t.Fatal(err)
+	}
+	rig.dev.mcast.mu.Lock()
+	g := rig.dev.mcast.groups[mgid]
+	rig.dev.mcast.mu.Unlock()
+	b := seedPacket(roce.UDSendOnly, verbs.MulticastQPN, 0, 8, func(b []byte) {
+		roce.DETH(b[roce.BTHSize:]).Encode(&roce.DETHFields{QKey: 0x1234, SrcQP: 0x55})
+	})
+	binary.LittleEndian.PutUint32(b[len(b)-4:], roce.ICRCFor(fuzzPeer, group, b))
+	before := rig.dev.Stats()
+	for range 4 {
+		p := rig.dev.getPacket()
+		p.n, p.addr, p.cls = copy(p.buf[:], b), fuzzPeer, ipClass{tos: ecnCE}
+		stale := rig.dev.getPacket() // the copy's buffer, most likely
+		stale.cls = ipClass{tos: ecnCE}
+		rig.dev.putPacket(stale)
+		rig.dev.mcastInput(g, p, &rig.enc)
+		rig.dev.putPacket(p)
+		ud.mu.Lock()
+		ud.process()
+		ud.mu.Unlock()
+	}
+	d := statsDelta(before, rig.dev.Stats())
+	if d["RcvdPkts"] != 4 || d["NPECNMarked"] != 0 || d["NPCNPSent"] != 0 {
+		t.Fatalf("multicast datagrams: %v", d)
 	}
 }

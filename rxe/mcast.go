@@ -276,7 +276,10 @@ func (d *Device) mcastInput(g *mcastGroup, p *packet, enc *encapCache) {
 	for _, q := range *g.qps.Load() {
 		c := d.getPacket()
 		copy(c.buf[:p.n], p.buf[:p.n])
-		c.n, c.addr, c.group = p.n, p.addr, g.addr.Addr()
+		// No traffic class: the group socket does not read one, and a
+		// pooled packet's would be stale (a CE there would send a CNP
+		// to the sender's UD QP: congestion.go).
+		c.n, c.addr, c.group, c.cls = p.n, p.addr, g.addr.Addr(), ipClass{}
 		if c.parse() != nil || !q.enqueue(c) {
 			d.putPacket(c)
 			d.stats.RxQueueFull.Inc()

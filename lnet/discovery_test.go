@@ -372,3 +372,37 @@ func TestSetDiscoveryToggle(t *testing.T) {
 		}
 	})
 }
+
+// TestDiscoveryOffPeerGoesWithNet: a peer pinged with discovery off is
+// not Multi-Rail and knows only its traffic NID, so deleting our net
+// forgets it as a traffic peer (Lustre deletes the net's peer NIs); a
+// Multi-Rail peer discovered with discovery on stays.
+func TestDiscoveryOffPeerGoesWithNet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := lndtest.New(lnetwire.SOCKLND)
+		a := newDiscInstance(t, n, nidA, lnd.Tunables{})
+		b := newDiscInstance(t, n, nidB, lnd.Tunables{})
+		nidB2 := lnetwire.MustParseNID("10.0.1.2@tcp1")
+		if err := b.AddNet(lnet.NetConfig{Net: nidB2.Net(), Addr: nidB2.Addr()}); err != nil {
+			t.Fatal(err)
+		}
+		nidC := lnetwire.MustParseNID("10.0.0.3@tcp")
+		newInstance(t, n, nidC, lnd.Tunables{})
+		if _, err := a.Discover(context.Background(), nidB, false); err != nil {
+			t.Fatal(err)
+		}
+		a.SetDiscoveryMode(lnet.DiscoveryOff)
+		if _, err := a.Discover(context.Background(), nidC, false); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.DelNet(nidA.Net()); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := a.PeerOf(nidC); ok {
+			t.Error("the peer pinged with discovery off outlived our net")
+		}
+		if p, ok := a.PeerOf(nidB2); !ok || !p.MultiRail {
+			t.Errorf("the Multi-Rail peer: %+v %v, want kept", p, ok)
+		}
+	})
+}

@@ -851,8 +851,9 @@ func (in *Instance) DelPeer(nid lnetwire.NID) error {
 // (lnet_peer_net_del / lnet_peer_table_cleanup): messages waiting on them
 // through ni fail (appended to failed) and routed messages received on ni
 // are handed back (routed; the caller took rxNI.calls for each). A peer
-// NI moves to another up NI of the net; failing that, traffic peers are
-// forgotten and configured or discovered ones stay, unbound.
+// NI moves to another up NI of the net; failing that, traffic peers (and
+// non-Multi-Rail discovered ones) are forgotten and configured or
+// Multi-Rail discovered ones stay, unbound.
 func (in *Instance) unbindNILocked(ni *netIface, failed, routed *msgQueue) {
 	for _, p := range in.peers {
 		for m := p.txq.removeIf(func(m *message) bool { return m.ni == ni }); m != nil; {
@@ -873,7 +874,12 @@ func (in *Instance) unbindNILocked(ni *netIface, failed, routed *msgQueue) {
 			p.ni = other
 			continue
 		}
-		if p.lp != nil && p.lp.state&(PeerConfigured|PeerDiscovered) != 0 {
+		// A peer discovered with discovery off is not Multi-Rail and
+		// knows only its traffic NIDs: it goes as a traffic peer does
+		// (Lustre's lnet_peer_table_cleanup_locked deletes every peer NI
+		// of the net; a kept one would keep the down state the closing
+		// connections gave it).
+		if lp := p.lp; lp != nil && (lp.state&PeerConfigured != 0 || lp.state&PeerDiscovered != 0 && lp.isMR()) {
 			p.ni = nil
 			continue
 		}

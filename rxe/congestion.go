@@ -48,23 +48,25 @@ import (
 //     MaxRate.
 //
 // UD. NVIDIA documents DCQCN per flow, and its flow is the QP ("The CNP
-// specifically identifies the flow (Queue Pair) experiencing
-// congestion", DOCA SDK, "DCQCN CC Algorithm"), with no transport left
-// out; the only place a UD datagram names the QP that sent it is its
-// DETH. So a CE-marked UD datagram gets a CNP to its DETH source QP, and
-// a CNP for a UD QP feeds that QP's limiter. (No stored NVIDIA text says
-// in so many words what ConnectX does for UD; this is what the CNP's
-// definition and the per-QP reaction point give.) A UD QP talks to many
-// peers, so its
+// specifically identifies the flow (Queue Pair) experiencing congestion",
+// DOCA SDK, "DCQCN CC Algorithm"), with no transport left out; the only
+// place a UD datagram names the QP that sent it is its DETH. So a
+// CE-marked UD datagram gets a CNP to its DETH source QP, and a CNP for a
+// UD QP feeds that QP's limiter. (No stored NVIDIA text says in so many
+// words what ConnectX does for UD; this is what the CNP's definition and
+// the per-QP reaction point give.) A UD QP talks to many peers, so its
 // one limiter paces all its sends, whichever AH they use (a congested
 // path slows the QP's datagrams to uncongested peers too, as with a
 // ConnectX QP), and its one CNP interval is shared by its senders: the
 // first CE mark of each interval, from whichever sender, gets the CNP;
 // marking is proportional to each sender's share of the congested queue,
 // and so are its CNPs. No per-destination or per-sender state is kept
-// (the data path allocates nothing). The GSI QP (QP1, MADs) neither
-// sends nor takes CNPs: a CNP for it is counted in bad_qp_type, as is
-// one for a QP of another type (XRC, raw).
+// (the data path allocates nothing). Multicast datagrams are not looked
+// at: the group sockets (mcast.go) read no traffic class, so they are
+// never CE here and a group's senders get no CNPs (what a ConnectX does
+// for them is not documented). The GSI QP (QP1, MADs) neither sends nor
+// takes CNPs: a CNP for it is counted in bad_qp_type, as is one for a QP
+// of another type (XRC, raw).
 //
 // A CNP that arrives at a device with ECN off is counted in
 // rp_cnp_ignored and dropped. Linux rxe drops opcode 0x81 (its opcode

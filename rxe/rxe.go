@@ -48,7 +48,10 @@
 // queued the completion, right after the round releases the QP mutex
 // and before its ACKs go, so an event-driven application's reply takes
 // them along the same way, without any goroutine hand-off.
-// Packet buffers come from a pool: the data path does not allocate.
+// Packet buffers come from a pool: the data path does not allocate. A
+// receive slot lends its packet to the QP and takes it back after the
+// batch's rounds (packet.loan), so a received packet makes no pool
+// round trip when its round runs inline.
 //
 // Reading each receive shard's socket is a token (busypoll.go). A CQ
 // Poll that finds its CQ empty — every time in busy-poll mode (DeviceConfig.BusyPoll), else

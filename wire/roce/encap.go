@@ -18,7 +18,7 @@ import (
 type Encap struct {
 	v6     bool
 	cfg    EncapConfig
-	prefix [v6Prefix]byte // FF×8 ‖ masked IP ‖ UDP with masked checksum; length fields zero
+	prefix [v6BTH]byte // FF×8 ‖ masked IP ‖ UDP with masked checksum; length fields zero
 	// hdrCRC is crc32.Update(0, IEEE, prefix up to the BTH): the CRC of
 	// the per-peer constant part of the ICRC input, with the IP and UDP
 	// length fields zero (ICRC adds their contribution per packet).

@@ -610,12 +610,92 @@ func TestInteropLstSizes(t *testing.T) {
 	checkLstDecode(t, g, c.Path)
 }
 
+// trafficDeadline bounds [waitTraffic] and [waitReachable].
+const trafficDeadline = 3 * time.Minute
+
+// waitTraffic runs `lst stat --delay 2 --count 2 GROUPS` under the kernel
+// console until every group has shown traffic (RPCs, and bandwidth for a
+// brw case) in some sample, and fails t when trafficDeadline passes first.
+// It returns the stat output. A fixed stat window right after a batch
+// starts, a crash or a restart is a timing bet, not a protocol fact: a
+// test's first RPC may wait for a connection set-up, for the discovery of
+// a new peer incarnation or for a dead connection to fail, and under load
+// (two QEMU TCG guests on two cores in CI) that can outlast a 4 s window.
+// What Lustre guarantees is that a running brw or ping test keeps sending
+// RPCs (lnet_selftest's test units loop until the batch stops) and so
+// progresses; that is what this asserts. Every stat output is still
+// checked for nodes lst could not stat.
+func waitTraffic(t *testing.T, g *lustre.Guest, what string, c lstCase, groups ...string) string {
+	t.Helper()
+	seen := map[string]bool{}
+	var all strings.Builder
+	start := time.Now()
+	for {
+		out := mustKernelLst(t, g, "stat --delay 2 --count 2 "+strings.Join(groups, " "))
+		all.WriteString(out)
+		if strings.Contains(out, "Failed to stat on") {
+			t.Errorf("%s: %s: lst stat failed on some nodes:\n%s", what, c.Name, out)
+		}
+		stats := parseStat(out)
+		missing := 0
+		for _, gr := range groups {
+			for _, s := range stats[gr] {
+				if s.RPCR+s.RPCW > 0 && (!c.Bulk || s.MiBR+s.MiBW > 0) && !seen[gr] {
+					seen[gr] = true
+					t.Logf("%s: %s: group %s shows traffic after %v: %v", what, c.Name, gr, time.Since(start).Round(time.Millisecond), s)
+				}
+			}
+			if !seen[gr] {
+				missing++
+			}
+		}
+		if missing == 0 {
+			return all.String()
+		}
+		if time.Since(start) > trafficDeadline {
+			t.Errorf("%s: %s: a group shows no traffic in %v of lst stat (seen: %v):\n%s", what, c.Name, trafficDeadline, seen, all.String())
+			return all.String()
+		}
+	}
+}
+
+// waitReachable waits until the kernel and softib lnetd reach each other
+// by LNet ping on net (each side's `lnetctl ping`, 30 s timeout each),
+// and fails t when trafficDeadline passes first. After lnetd was killed,
+// how soon the kernel notices that its connections lead nowhere is not
+// softib's to decide: ksocklnd learns it from the host's FIN or RST, but
+// o2iblnd only when a send on the dead QP exhausts its retries or a
+// keepalive or RPC times out (o2iblnd_cb.c kiblnd_check_conns,
+// kiblnd_qp_event), and a message queued on such a connection until then
+// fails. The session after the restart is judged once the two reach each
+// other again.
+func waitReachable(t *testing.T, g *lustre.Guest, d *lustre.Lnetd, net string) {
+	t.Helper()
+	start := time.Now()
+	for {
+		_, err := g.Ping(g.Context(), d.NID(net))
+		if err == nil {
+			_, err = d.Ping(g.NID(net))
+		}
+		if err == nil {
+			t.Logf("%s: kernel and softib reach each other %v after the restart", net, time.Since(start).Round(time.Millisecond))
+			return
+		}
+		if time.Since(start) > trafficDeadline {
+			t.Fatalf("%s: kernel and softib do not reach each other %v after lnetd restarted: %v", net, trafficDeadline, err)
+		}
+		t.Logf("%s: not yet reachable after the restart: %v", net, err)
+		time.Sleep(time.Second)
+	}
+}
+
 // TestInteropLstLnetdCrash: softib lnetd is killed (SIGKILL) and restarted
 // while a kernel-console batch runs brw write and read 1M with check=full
 // between the kernel (client) and softib (server). The kernel must report
 // the failure through lst (show_error or stat errors on a node) and never
-// a data check failure; after the restart a new session (ping and brw
-// between the two) runs without errors. On tcp and on o2ib.
+// a data check failure; after the restart, once the two reach each other
+// by LNet ping again, a new session (ping and brw between the two) runs
+// without errors. On tcp and on o2ib.
 func TestInteropLstLnetdCrash(t *testing.T) {
 	g := lustre.Boot(t)
 	if g == nil {
@@ -634,6 +714,22 @@ func TestInteropLstLnetdCrash(t *testing.T) {
 		`o2iblnd\S*\.c:\d+:`,
 		`lib-move\.c:\d+:`,
 		`lib-msg\.c:\d+:`,
+		// Console lines (no location): ksocknal_connect (socklnd_cb.c)
+		// reports a failed ksocknal_create_conn through
+		// lnet_connect_console_error (acceptor.c), an LCONSOLE_ERROR for
+		// ECONNRESET and for errors it has no text for. A connection the
+		// kernel was opening to softib when SIGKILL closed lnetd's
+		// sockets is reset (a connection in the dead listener's backlog,
+		// or the HELLO exchange cut: ECONNRESET, EPIPE, or ECONNABORTED
+		// from lnet_sock_read's end of stream). Which of these, if any,
+		// happens depends on whether a connection attempt was under way
+		// at the kill.
+		`Connection to ` + regexp.QuoteMeta(d.NID("tcp")) + ` at host \S+ was reset`,
+		`Unexpected error -(32|103|104) connecting to ` + regexp.QuoteMeta(d.NID("tcp")) + ` at host`,
+		// libcfs's note after a rate-limited console message: it has no
+		// location, and follows one of the lines above (a line no
+		// pattern allows fails the test on its own).
+		`LNetError: Skipped \d+ previous similar messages?$`,
 	} {
 		g.AllowLNetError(re)
 	}
@@ -646,17 +742,24 @@ func TestInteropLstLnetdCrash(t *testing.T) {
 			"add_batch crash",
 			"add_test --batch crash --from kern --to soft brw write size=1M check=full",
 			"add_test --batch crash --from kern --to soft brw read size=1M check=full",
-			"run crash",
-			"stat --delay 2 --count 2 kern soft")
+			"run crash")
+		// The kill must land mid-batch: wait until both sides move data.
+		out += waitTraffic(t, g, "crash "+net+" (before)", lstCase{Name: "before the crash", Bulk: true}, "kern", "soft")
 		t.Logf("%s: before the crash:\n%s", net, out)
-		checkRates(t, "crash "+net+" (before)", out, lstCase{Name: "before the crash", Bulk: true}, "kern", "soft")
 		d.Kill()
 		t.Logf("%s: lnetd killed", net)
+		// The outage: softib stays down while the kernel's brw test keeps
+		// sending to it (not a wait for a condition).
 		time.Sleep(3 * time.Second)
 		d.Restart()
 		t.Logf("%s: lnetd restarted", net)
 		out, _ = kernelLst(t, g, 3*time.Minute, "stat --delay 2 --count 3 kern soft", "show_error kern soft", "stop crash", "end_session")
 		t.Logf("%s: after the crash:\n%s", net, out)
+		// Guaranteed: the restarted lnetd's selftest node has no session
+		// (a new process), so stat and show_error on it fail or report
+		// it (framework.c sfw_get_stats answers ESRCH for an unknown
+		// session; show_error counts a framework or RPC failure as an
+		// error node), whatever the kernel's brw RPCs have seen so far.
 		if strings.Contains(out, "Total 0 error nodes in kern\n") && strings.Contains(out, "Total 0 error nodes in soft\n") &&
 			!strings.Contains(out, "Failed to stat on") {
 			t.Errorf("%s: the kernel's lst reports no error after softib crashed mid-batch:\n%s", net, out)
@@ -664,15 +767,18 @@ func TestInteropLstLnetdCrash(t *testing.T) {
 		checkNoCorruption(t, g)
 
 		// A new session after the restart: clean.
+		waitReachable(t, g, d, net)
 		start := time.Now()
+		ac := lstCase{Name: "after the restart", Bulk: true}
 		out = mustKernelLst(t, g, "new_session --force --timeout 300 after_"+net,
 			"add_group kern "+k, "add_group soft "+s,
 			"add_batch again",
 			"add_test --batch again --from kern --to soft ping",
 			"add_test --batch again --from kern --to soft brw write size=1M check=full",
 			"add_test --batch again --from soft --to kern brw read size=1M check=full",
-			"run again",
-			"stat --delay 2 --count 3 kern soft",
+			"run again")
+		out += waitTraffic(t, g, "crash "+net+" (after)", ac, "kern", "soft")
+		out += mustKernelLst(t, g,
 			"show_error --session kern soft",
 			"stop again",
 			"end_session")
@@ -680,7 +786,6 @@ func TestInteropLstLnetdCrash(t *testing.T) {
 		// --session: the session's brw and ping errors (the nodes' RPC
 		// error counters count since the module loaded, the crash too).
 		showErrorsNone(t, out, "kern", "soft")
-		checkRates(t, "crash "+net+" (after)", out, lstCase{Name: "after the restart", Bulk: true}, "kern", "soft")
 		checkNoCorruption(t, g)
 	}
 	lustre.StopCapture(t, c)

@@ -124,20 +124,42 @@ func waitSoftibRouteUp(t *testing.T, d *lustre.Lnetd, net string) {
 	}
 }
 
-// waitKernelRouteUp waits until the kernel's route to net is up.
+// kernelRtrCheck is the guest kernel's alive_router_check_interval and
+// router_ping_timeout (lnet module parameters, seconds) in these tests:
+// Lustre's defaults are 60 and 50.
+const (
+	kernelRtrCheck       = 5
+	kernelRtrPingTimeout = 15
+)
+
+// waitKernelRouteUp waits until the kernel's route to net has been up for
+// more than two of its router checks (alive_router_check_interval,
+// kernelRtrCheck). Seeing "state: up" once proves nothing: Lustre starts
+// a new route up (lnet_add_route, unless check_routers_before_use) before
+// its gateway's first ping reply, and that reply can take it down
+// (lnet_router_discovery_ping_reply: a single-hop route is up only if the
+// gateway reports its NI on the remote net up, which a Lustre router does
+// once that net has carried traffic within its timeout); which comes first
+// is scheduling. Up across two checks means replies seen since say up.
 func waitKernelRouteUp(t *testing.T, g *lustre.Guest, net string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Minute)
+	var since time.Time
 	for {
 		out, err := g.Lnetctl(g.Context(), "route", "show", "-v", "--net", net)
-		if err == nil && strings.Contains(out, "state: up") {
+		switch {
+		case err != nil || !strings.Contains(out, "state: up"):
+			since = time.Time{}
+		case since.IsZero():
+			since = time.Now()
+		case time.Since(since) > (2*kernelRtrCheck+2)*time.Second:
 			t.Logf("kernel route show -v:\n%s", out)
 			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("kernel route to %s not up: %v\n%s", net, err, out)
 		}
-		time.Sleep(2 * time.Second)
+		time.Sleep(time.Second)
 	}
 }
 
@@ -150,6 +172,9 @@ func TestInteropRouteSoftibRouter(t *testing.T) {
 		return
 	}
 	c := g.Capture(t) // the tap: the kernel ↔ R hop (tcp)
+	// The kernel checks its gateway every kernelRtrCheck seconds, so
+	// that waitKernelRouteUp sees the state R's replies give the route.
+	g.MustRun(fmt.Sprintf("modprobe libcfs && modprobe lnet alive_router_check_interval=%d", kernelRtrCheck))
 	g.LNetUp("tcp")
 	// The o2ib subnet behind the router: a veth pair in the VM's
 	// namespace holding R's and B's o2ib addresses (the kernel here has
@@ -168,8 +193,10 @@ func TestInteropRouteSoftibRouter(t *testing.T) {
 	if _, err := g.Lnetctl(g.Context(), "route", "add", "--net", "o2ib", "--gateway", rTCP, "--hop", "1"); err != nil {
 		t.Fatal(err)
 	}
-	waitKernelRouteUp(t, g, "o2ib")
+	// B's route up means R has answered B's pings on o2ib, so R reports
+	// its o2ib NI up to the kernel's router checks from then on.
 	waitSoftibRouteUp(t, b, "tcp")
+	waitKernelRouteUp(t, g, "o2ib")
 	if _, err := g.Ping(g.Context(), bIB); err != nil {
 		t.Fatalf("kernel → softib B through softib R: %v", err)
 	}
@@ -209,10 +236,15 @@ func TestInteropRouteKernelRouter(t *testing.T) {
 	// is enabled.
 	// Short router-checker times: Lustre 2.17 starts forwarding (and
 	// stops advertising RTE_DISABLED in its ping replies) only after
-	// alive_router_check_interval + router_ping_timeout (LU-15135).
+	// alive_router_check_interval + router_ping_timeout (LU-15135). The
+	// same sum is how long a router's net may go without receiving a
+	// message before it reports that net down to its peers
+	// (lnet_update_ni_status_locked), which takes A's or B's route down:
+	// A and B ping the kernel every 5 s, so it must be several of their
+	// intervals (a 10 s sum left one missed ping of margin under load).
 	c := g.Capture(t) // the tap: both hops (A ↔ kernel on tcp, kernel ↔ B on o2ib)
-	g.MustRun("modprobe libcfs && modprobe lnet tiny_router_buffers=512 small_router_buffers=512 large_router_buffers=64" +
-		" alive_router_check_interval=5 router_ping_timeout=5")
+	g.MustRun(fmt.Sprintf("modprobe libcfs && modprobe lnet tiny_router_buffers=512 small_router_buffers=512 large_router_buffers=64"+
+		" alive_router_check_interval=%d router_ping_timeout=%d", kernelRtrCheck, kernelRtrPingTimeout))
 	g.LNetUp()
 	if _, err := g.Lnetctl(g.Context(), "set", "routing", "1"); err != nil {
 		t.Fatal(err)

@@ -198,6 +198,7 @@ func NewPair(t testing.TB, cfg PairConfig) *Pair {
 // multicast datagram it receives (Ip6InNoRoutes; TestMcastIPv6Netns in
 // rxe lost all 16 to it). The relay mode's link is up when its file
 // descriptors are, and probing it would draw from its seeded impairment.
+// New's bridged nodes are waited for the same way, each with node 0.
 func waitLink(t testing.TB, a, b *Node) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -299,6 +300,11 @@ func New(t testing.TB, cfg Config) *Network {
 		must(t, ip("-n", nw.Hub, "link", "set", hubDev, "master", "br0", "up"))
 		n.configure(t, host(cfg.Prefix, i), host(cfg.Prefix6, i), cfg.NoIPv6)
 		nw.Nodes = append(nw.Nodes, n)
+	}
+	// Each node's veth and bridge port carry traffic both ways once it
+	// and node 0 reach each other (see waitLink).
+	for _, n := range nw.Nodes[1:] {
+		waitLink(t, nw.Nodes[0], n)
 	}
 	return nw
 }

@@ -214,18 +214,23 @@ func waitLink(t testing.TB, a, b *Node) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	v6 := a.Addr6.IsValid() && b.Addr6.IsValid()
-	for _, d := range [][2]*Node{{a, b}, {b, a}} {
+	dirs := [][2]*Node{{a, b}, {b, a}}
+	for _, d := range dirs {
 		from, to := d[0], d[1]
 		poll(fmt.Sprintf("%s cannot reach %s", from.Name, to.Addr), func() error {
 			return run(nil, "ip", "netns", "exec", from.Name, "ping", "-n", "-q", "-c", "1", "-W", "1", to.Addr.String())
 		})
-		if !v6 {
-			continue
-		}
-		poll(fmt.Sprintf("%s has no IPv6 multicast route on %s", from.Name, from.Dev), func() error {
-			return from.checkMcastRoute6()
-		})
+	}
+	if !a.Addr6.IsValid() || !b.Addr6.IsValid() {
+		return
+	}
+	// Both ends IPv6-ready first: a ping sent to a node that is not
+	// yet would wait out its whole -W second.
+	for _, n := range []*Node{a, b} {
+		poll(fmt.Sprintf("%s has no IPv6 multicast route on %s", n.Name, n.Dev), n.checkMcastRoute6)
+	}
+	for _, d := range dirs {
+		from, to := d[0], d[1]
 		poll(fmt.Sprintf("%s cannot reach %s", from.Name, to.Addr6), func() error {
 			return run(nil, "ip", "netns", "exec", from.Name, "ping", "-6", "-n", "-q", "-c", "1", "-W", "1", to.Addr6.String())
 		})

@@ -359,21 +359,28 @@ func (c *conn) sendBufs(bufs [][]byte, more bool) error {
 	if m.fn == nil {
 		m.fn = c.moreStep
 	}
-	for len(bufs) > 0 {
-		k := min(len(bufs), maxMoreIov)
+	for {
 		m.n, m.i, m.err = 0, 0, nil
-		m.flags = unix.MSG_DONTWAIT | unix.MSG_NOSIGNAL
-		if more || k < len(bufs) {
-			m.flags |= unix.MSG_MORE
-		}
-		for _, b := range bufs[:k] {
-			if len(b) > 0 {
+		for len(bufs) > 0 && m.n < maxMoreIov {
+			if b := bufs[0]; len(b) > 0 {
 				m.iov[m.n].Base = &b[0]
 				m.iov[m.n].SetLen(len(b))
 				m.n++
 			}
+			bufs = bufs[1:]
 		}
-		bufs = bufs[k:]
+		// Bytes follow only if a non-empty buffer does: a last call
+		// left with MSG_MORE would hold its segment back.
+		for len(bufs) > 0 && len(bufs[0]) == 0 {
+			bufs = bufs[1:]
+		}
+		if m.n == 0 {
+			return nil
+		}
+		m.flags = unix.MSG_DONTWAIT | unix.MSG_NOSIGNAL
+		if more || len(bufs) > 0 {
+			m.flags |= unix.MSG_MORE
+		}
 		err := c.raw.Write(m.fn)
 		if err == nil {
 			err = m.err
@@ -383,7 +390,6 @@ func (c *conn) sendBufs(bufs [][]byte, more bool) error {
 			return err
 		}
 	}
-	return nil
 }
 
 // moreStep sends c.more's iovecs; false asks RawConn to wait until the

@@ -259,43 +259,6 @@ func spinZeroAllocs(t *testing.T, x, y *end) {
 	}
 }
 
-// TestSpinPollReceives: without busy-poll mode, on a default device (UDP
-// GRO on) and on one without receive coalescing (NoRxCoalescing), an
-// application that spins on Poll ends up receiving from the socket
-// itself (after PollRxAfter empty polls), while one that polls, arms
-// and sleeps never does: its completions come from the receive
-// goroutine.
-func TestSpinPollReceives(t *testing.T) {
-	for _, c := range []struct {
-		noGRO, spin bool
-	}{{false, true}, {false, false}, {true, true}, {true, false}} {
-		spin := c.spin
-		x, y := pair(t, verbs.QPTypeRC, rxe.Config{DeviceConfig: verbs.DeviceConfig{NoRxCoalescing: c.noGRO}}, connOpts{timeout: 20}, 4096)
-		wcx := make([]verbs.WC, 1)
-		for i := range 200 {
-			postRecv(t, y, verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{y.mr.SGE(0, 64)}})
-			post(t, x, verbs.SendWR{ID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled | verbs.SendInline, InlineData: []byte("spin")})
-			var wc verbs.WC
-			if spin {
-				wc = spinWC(t, x, wcx)
-			} else {
-				wc = waitArm(t, x, wcx)
-			}
-			wantOK(t, wc, verbs.WCSend)
-			wantOK(t, waitWC(t, y.cq, 1)[0], verbs.WCRecv)
-		}
-		got := rxe.CQDeviceStats(x.cq)["PollRxBatches"]
-		if spin && got == 0 {
-			t.Errorf("NoRxCoalescing %v: spinning poller never received from the socket", c.noGRO)
-		}
-		if !spin && got != 0 {
-			t.Errorf("NoRxCoalescing %v: poll-arm-sleep waiter received %d batches from the socket", c.noGRO, got)
-		}
-		wantClean(t, x.cq)
-		wantClean(t, y.cq)
-	}
-}
-
 // waitArm waits for one completion the verbs way: poll, arm, poll, sleep
 // on the channel (hang guard: 20 s).
 func waitArm(t testing.TB, e *end, wc []verbs.WC) verbs.WC {

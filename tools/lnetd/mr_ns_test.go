@@ -285,9 +285,19 @@ func mrLinkDown(t *testing.T, node mrNodeFunc, size int) {
 			sent = uint64(k.RPC.RPCsSent)
 		}
 	}
-	t.Logf("lst: %d RPCs, brw errors %d, rpc errors %d, dropped %d; a health %+v; b health %+v", sent, brwErr, rpcErr, dropped, a.HealthStats(), b.HealthStats())
-	if brwErr != 0 || rpcErr != 0 || dropped != 0 {
-		t.Fatalf("application-visible errors: brw %d rpc %d dropped %d", brwErr, rpcErr, dropped)
+	ha, hb := a.HealthStats(), b.HealthStats()
+	t.Logf("lst: %d RPCs, brw errors %d, rpc errors %d, dropped %d; a health %+v; b health %+v", sent, brwErr, rpcErr, dropped, ha, hb)
+	// LNet resends what the dead rail failed, except a network timeout
+	// (Lustre's lnet_health_check: NETWORK_TIMEOUT is never resent; an
+	// LND reports it for a message caught sending on a connection that
+	// timed out, or queued for a connection that could not be made, as
+	// o2iblnd's kiblnd_peer_connect_failed does): each such message may
+	// fail one RPC, which the kernel's LNet would fail too. Any other
+	// application-visible error is a fault.
+	if allowed := ha.NetworkTimeoutCount + hb.NetworkTimeoutCount; brwErr > allowed || rpcErr > allowed || dropped != 0 {
+		t.Fatalf("application-visible errors: brw %d rpc %d dropped %d; network timeouts (not resent, by design) %d", brwErr, rpcErr, dropped, allowed)
+	} else if rpcErr > 0 {
+		t.Logf("RPC errors %d, each a network timeout LNet does not resend (%d)", rpcErr, allowed)
 	}
 	con.End(ctx)
 }

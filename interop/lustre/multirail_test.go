@@ -250,26 +250,53 @@ tc -s filter show dev eth0 ingress`)
 	// dying rail fails, exactly as between two kernel nodes); its counts
 	// are logged.
 	//
-	// softib's client RPCs are served by the kernel, though: a kernel
-	// server's bulk GET or reply PUT is pinned to the request's NID pair
-	// and fails with the dead rail (lnet_resend_pending_msgs_locked:
-	// "Error sending GET to 12345-<softib's o2ib NID>: -125"), and the
-	// softib RPC it served fails with it. Each such kernel failure may
-	// account for one softib RPC error; more, or any without one, are
-	// softib's fault.
-	kernelFailed := kernelFailedSends(t, g, so)
+	// What Lustre's semantics let fail anyway, each accounting for at
+	// most one softib RPC error:
+	//   - softib's own messages LNet does not resend: a network timeout
+	//     (lnet_health_check; o2iblnd reports it for a tx queued behind a
+	//     connect to the dead rail that timed out, kiblnd_peer_connect_failed);
+	//   - the kernel's sends to softib's o2ib NID it gave up on: a kernel
+	//     server's bulk GET or reply PUT is pinned to the request's NID
+	//     pair and fails with the dead rail (lnet_resend_pending_msgs_locked:
+	//     "Error sending GET to 12345-<softib's o2ib NID>: -125"), failing
+	//     the softib RPC it served. The kernel logs that when the message's
+	//     lnet_transaction_timeout (150 s) runs out, possibly after
+	//     softib counted the error: it is waited for below.
+	// More errors than these explain are softib's fault.
+	var softErrors uint64
 	for _, g := range railErrors(t, d, sess) {
 		t.Logf("after the rail loss, group %s: %d nodes down, brw errors %d, ping errors %d, RPCs expired %d, RPC errors %d",
 			g.Group, g.Down, g.BRWErrors, g.PingErrors, g.Expired, g.RPCErrors)
 		if g.Down > 0 {
 			t.Errorf("group %s: %d nodes did not answer the console's STAT after the rail loss", g.Group, g.Down)
 		}
-		if g.Group == "soft" && g.Errors() > uint64(kernelFailed) {
-			t.Errorf("softib's own selftest RPCs failed during the rail loss: brw %d, ping %d, expired %d; the kernel failed %d sends to softib's o2ib NID %s, which account for as many",
-				g.BRWErrors, g.PingErrors, g.Expired, kernelFailed, so)
+		if g.Group == "soft" {
+			softErrors = g.Errors()
 		}
-		if g.Group == "soft" && g.Errors() > 0 && g.Errors() <= uint64(kernelFailed) {
-			t.Logf("softib's selftest RPC errors (%d) are the kernel's failed sends on the dead rail (%d)", g.Errors(), kernelFailed)
+	}
+	if softErrors > 0 {
+		explained := func() (uint64, uint64) {
+			out, err := d.Ctl("stats", "show")
+			if err != nil {
+				t.Fatalf("softib stats show: %v", err)
+			}
+			var nt uint64
+			if m := networkTimeoutsRE.FindStringSubmatch(out); m != nil {
+				nt, _ = strconv.ParseUint(m[1], 10, 64)
+			}
+			return nt, uint64(kernelFailedSends(t, g, so))
+		}
+		deadline := time.Now().Add(3 * time.Minute)
+		nt, kf := explained()
+		for nt+kf < softErrors && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Second)
+			nt, kf = explained()
+		}
+		if nt+kf < softErrors {
+			t.Errorf("softib's own selftest RPCs failed during the rail loss: %d errors; softib's network timeouts (not resent) %d and the kernel's failed sends to softib's o2ib NID %s %d account for %d",
+				softErrors, nt, so, kf, nt+kf)
+		} else {
+			t.Logf("softib's selftest RPC errors (%d) are explained: softib network timeouts %d, kernel failed sends to %s %d", softErrors, nt, so, kf)
 		}
 	}
 	// Whether brw traffic is back to a steady rate within this window is
@@ -373,6 +400,9 @@ func faultRulesAgainstKernel(t *testing.T, g *lustre.Guest, d *lustre.Lnetd) {
 		t.Fatal(err)
 	}
 }
+
+// networkTimeoutsRE reads network_timeout_count from lnetctl stats show.
+var networkTimeoutsRE = regexp.MustCompile(`(?m)^\s*network_timeout_count: (\d+)`)
 
 // kernelFailedSendRE matches the kernel's log line for a message LNet gave
 // up resending (lib-move.c lnet_resend_pending_msgs_locked).

@@ -26,13 +26,21 @@ func busyPair(t testing.TB, bufSize int) (x, y *end) {
 // netpoller's 10 ms sysmon polls.) Hang guard: 20 s.
 func spinWC(t testing.TB, e *end, wc []verbs.WC) verbs.WC {
 	t.Helper()
+	return spinPoll(t, e, wc, 200)
+}
+
+// spinPoll spins on Poll for one completion on e's CQ, yielding between
+// empty polls; after sleepAfter empty polls (never if negative) it arms
+// the CQ and sleeps on e's channel between polls. Hang guard: 20 s.
+func spinPoll(t testing.TB, e *end, wc []verbs.WC, sleepAfter int) verbs.WC {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for i := 0; ; i++ {
 		n, err := e.cq.Poll(wc[:1])
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n == 0 && i >= 200 {
+		if n == 0 && sleepAfter >= 0 && i >= sleepAfter {
 			e.cq.ReqNotify(false)
 			if n, err = e.cq.Poll(wc[:1]); err != nil {
 				t.Fatal(err)
@@ -50,6 +58,9 @@ func spinWC(t testing.TB, e *end, wc []verbs.WC) verbs.WC {
 		}
 		if n == 1 {
 			return wc[0]
+		}
+		if i%1024 == 0 && time.Now().After(deadline) {
+			t.Fatalf("no completion; stats %v", rxe.CQDeviceStats(e.cq))
 		}
 		runtime.Gosched()
 	}

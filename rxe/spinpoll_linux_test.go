@@ -4,10 +4,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"runtime"
 	"sync"
 	"testing"
-	"time"
 
 	"softib/internal/testaddr"
 	"softib/rxe"
@@ -122,18 +120,5 @@ func TestSpinPollReceives(t *testing.T) {
 // guard: 20 s.
 func spinOnly(t *testing.T, e *end, wc []verbs.WC) verbs.WC {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for i := 0; ; i++ {
-		n, err := e.cq.Poll(wc[:1])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 1 {
-			return wc[0]
-		}
-		if i%1024 == 0 && time.Now().After(deadline) {
-			t.Fatalf("no completion; stats %v", rxe.CQDeviceStats(e.cq))
-		}
-		runtime.Gosched()
-	}
+	return spinPoll(t, e, wc, -1)
 }

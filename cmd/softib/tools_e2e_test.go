@@ -1,9 +1,11 @@
 package main
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -180,6 +182,25 @@ func TestCLIPerfFlags(t *testing.T) {
 	}
 }
 
+// udpBound reports whether a UDP socket is bound to addr:port, read from
+// /proc/net/udp: probing with a bind of our own would race the server's
+// bind and could make it fail with "address in use".
+func udpBound(t *testing.T, addr string, port uint16) bool {
+	t.Helper()
+	a := netip.MustParseAddr(addr).As4()
+	want := fmt.Sprintf("%08X:%04X", binary.NativeEndian.Uint32(a[:]), port)
+	b, err := os.ReadFile("/proc/net/udp")
+	if err != nil {
+		t.Fatalf("cannot see the server's socket: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		if f := strings.Fields(line); len(f) > 1 && f[1] == want {
+			return true
+		}
+	}
+	return false
+}
+
 // TestCLIRpingJSON: rping -s / -c with --json.
 func TestCLIRpingJSON(t *testing.T) {
 	port := freePort(t)
@@ -194,12 +215,7 @@ func TestCLIRpingJSON(t *testing.T) {
 	// Connect once the server's device holds its UDP port: a REQ to an
 	// address with no device waits for the CM's whole timeout.
 	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.ListenPacket("udp4", net.JoinHostPort(srv, "4791"))
-		if err != nil {
-			break
-		}
-		c.Close()
+	for !udpBound(t, srv, 4791) {
 		if time.Now().After(deadline) {
 			t.Fatal("rping server has no device")
 		}

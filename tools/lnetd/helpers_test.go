@@ -6,25 +6,22 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"softib/internal/testaddr"
 )
 
 // hangGuard bounds every wait in these tests; it is a guard against
 // hangs, never a timing assertion.
 const hangGuard = 45 * time.Second
 
-var ipSeq atomic.Uint32
-
-// testIP returns a fresh loopback address for this test process:
-// 127.77.<pid%250>.<n>.
+// testIP returns a fresh loopback address no other test binary uses
+// (internal/testaddr's claimed blocks).
 func testIP() string {
-	n := ipSeq.Add(1)
-	return fmt.Sprintf("127.77.%d.%d", os.Getpid()%250, n%250+2)
+	return testaddr.Next().String()
 }
 
 // freePort returns a TCP port nothing listens on now, on any address, so

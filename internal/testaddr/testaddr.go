@@ -8,7 +8,8 @@
 // live claim, not a probe that is closed and hoped to stay free. Another
 // process trying the same block fails that bind and moves on. Next hands
 // out 127.X.Y.1 … 127.X.Y.254 and claims a further block when one runs
-// out. A test may also reserve a TCP port with a live listener (Port).
+// out. A test may also reserve a TCP port with a live listener (Port),
+// and wait for a server's socket without binding it itself (Bound).
 package testaddr
 
 import (

@@ -20,7 +20,7 @@ import (
 // them: the HELLO handshake and the ping's GET/REPLY, no malformed frame.
 func TestCLILnetdSocklndPcap(t *testing.T) {
 	bin := buildSoftib(t)
-	port := freePort(t)
+	port := reservePort()
 	a, b := testaddr.Next().String(), testaddr.Next().String()
 	path := filepath.Join(t.TempDir(), "lnetd.pcap")
 	da, sock := startLnetdArgs(t, bin, a, port, "--pcap", path)
@@ -95,7 +95,7 @@ func TestCLIDemoObserve(t *testing.T) {
 	bin := buildSoftib(t)
 	dir := t.TempDir()
 	t.Setenv("XDG_RUNTIME_DIR", dir) // the processes' control sockets go here
-	a, b, port := testaddr.Next().String(), testaddr.Next().String(), freePort(t)
+	a, b, port := testaddr.Next().String(), testaddr.Next().String(), reservePort()
 	path := filepath.Join(dir, "demo.pcap")
 	d, out, errb := startProc(t, bin, "demo", "--short", "--no-rdma", "--seconds", "0.5", "--addrs", a+","+b, "--port", port, "--pcap", path)
 	exited := make(chan int, 1)

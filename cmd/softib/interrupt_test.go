@@ -84,7 +84,7 @@ func exitCode(t *testing.T, cmd *exec.Cmd) int {
 // partial result and exits 130.
 func TestCLIPerfInterrupt(t *testing.T) {
 	bin := buildSoftib(t)
-	port := freePort(t)
+	port := reservePort()
 	srv := testaddr.Next().String()
 	_, sout, _ := startProc(t, bin, "write_bw", "--addr", srv, "-p", port, "-n", "100000000", "-s", "4096")
 	waitFor(t, "server", sout, "Waiting for client")
@@ -125,7 +125,7 @@ func startLnetd(t *testing.T, bin, ip, port string) (*exec.Cmd, string) {
 // totals so far and exits 130.
 func TestCLILstInterrupt(t *testing.T) {
 	bin := buildSoftib(t)
-	port := freePort(t)
+	port := reservePort()
 	a, b := testaddr.Next().String(), testaddr.Next().String()
 	startLnetd(t, bin, a, port)
 	startLnetd(t, bin, b, port)
@@ -144,7 +144,7 @@ func TestCLILstInterrupt(t *testing.T) {
 // and removes its control socket when it ends.
 func TestCLILnetdSignals(t *testing.T) {
 	bin := buildSoftib(t)
-	d, sock := startLnetd(t, bin, testaddr.Next().String(), freePort(t))
+	d, sock := startLnetd(t, bin, testaddr.Next().String(), reservePort())
 	if err := d.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestCLIDemoInterrupt(t *testing.T) {
 func TestCLILnetctlLnet(t *testing.T) {
 	bin := buildSoftib(t)
 	ip := testaddr.Next().String()
-	_, sock := startLnetd(t, bin, ip, freePort(t))
+	_, sock := startLnetd(t, bin, ip, reservePort())
 	ctl := func(args ...string) (int, string, string) {
 		return runBin(t, bin, append([]string{"lnetctl", "--socket", sock}, args...)...)
 	}
@@ -217,7 +217,7 @@ func TestCLILnetctlLnet(t *testing.T) {
 func TestCLILnetPingJSON(t *testing.T) {
 	bin := buildSoftib(t)
 	ip := testaddr.Next().String()
-	_, sock := startLnetd(t, bin, ip, freePort(t))
+	_, sock := startLnetd(t, bin, ip, reservePort())
 	code, out, errs := runBin(t, bin, "lnet", "ping", ip+"@tcp", "-c", "2", "-i", "10ms", "--timeout", "5", "--socket", sock, "--json")
 	var doc struct {
 		Sent     int `json:"sent"`
@@ -236,7 +236,7 @@ func TestCLILnetPingJSON(t *testing.T) {
 // second (with -q 2, each QP's too) until Ctrl-C, then exits 130.
 func TestCLIPerfRunInfinitely(t *testing.T) {
 	bin := buildSoftib(t)
-	port := freePort(t)
+	port := reservePort()
 	srv := testaddr.Next().String()
 	_, sout, _ := startProc(t, bin, "write_bw", "--addr", srv, "-p", port, "-q", "2", "--run_infinitely", "-D", "1")
 	waitFor(t, "server", sout, "Waiting for client")
@@ -256,7 +256,7 @@ func TestCLIPerfRunInfinitely(t *testing.T) {
 func TestCLILnetctlDebugRecovery(t *testing.T) {
 	bin := buildSoftib(t)
 	ip, peer := testaddr.Next().String(), testaddr.Next().String()
-	_, sock := startLnetd(t, bin, ip, freePort(t))
+	_, sock := startLnetd(t, bin, ip, reservePort())
 	ctl := func(args ...string) string {
 		t.Helper()
 		code, out, errs := runBin(t, bin, append([]string{"lnetctl", "--socket", sock}, args...)...)

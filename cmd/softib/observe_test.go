@@ -36,7 +36,7 @@ func TestCLIObserve(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	sa, ca := testaddr.Next().String(), testaddr.Next().String()
-	port := freePort(t)
+	port := reservePort()
 	spcap, cpcap := filepath.Join(dir, "server.pcap"), filepath.Join(dir, "client.pcap")
 
 	srv := exec.CommandContext(ctx, bin, "rc_pingpong", "--addr", sa, "-p", port, "-n", "50", "-s", "3000",

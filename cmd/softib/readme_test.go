@@ -68,7 +68,7 @@ var shComment = regexp.MustCompile(`\s+#.*$`)
 func TestREADMECommands(t *testing.T) {
 	bin := buildSoftib(t)
 	work, xdg := t.TempDir(), t.TempDir()
-	subst := strings.NewReplacer("127.0.0.2", testaddr.Next().String(), "127.0.0.3", testaddr.Next().String(), "7988", freePort(t))
+	subst := strings.NewReplacer("127.0.0.2", testaddr.Next().String(), "127.0.0.3", testaddr.Next().String(), "7988", reservePort())
 	var cmds []string
 	for _, b := range readmeBlocks(t) {
 		switch {

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"encoding/binary"
 	"encoding/json"
-	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,42 +16,69 @@ import (
 	"softib/tools/pingpong"
 )
 
-// freePort returns a TCP port that was free a moment ago.
-func freePort(t *testing.T) string {
+// reservePort returns a TCP port this test binary holds with a live
+// listener on a testaddr block's .0 address (testaddr.Port) until it
+// exits, which keeps every other process's wildcard socket off it: a port
+// found free and closed again could be taken before the test's server
+// binds it. The servers here bind it on this binary's own testaddr
+// addresses (the tools' --addr, lnetd's NI address), never on the
+// wildcard address, which the reservation would refuse.
+func reservePort() string {
+	return strconv.Itoa(testaddr.Port(0))
+}
+
+// serverGuard bounds the wait for a server's socket: a hang guard, not a
+// timing check.
+const serverGuard = 60 * time.Second
+
+// waitBound waits until a socket of network ("tcp": a listener, "udp")
+// serves addr:port (testaddr.Bound, which does not bind it), failing the
+// test if done is closed first (the server ended) or after serverGuard.
+func waitBound(t *testing.T, network, addr, port string, done <-chan struct{}) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := strconv.ParseUint(port, 10, 16)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
+	ap := netip.AddrPortFrom(netip.MustParseAddr(addr), uint16(p))
+	deadline := time.Now().Add(serverGuard)
+	for {
+		ok, err := testaddr.Bound(network, ap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			return
+		}
+		select {
+		case <-done:
+			t.Fatalf("the server ended before its %s socket on %v was bound", network, ap)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s socket on %v after %v", network, ap, serverGuard)
+		}
+	}
 }
 
 // runServerClient runs a tool's server and client and returns their exit
-// codes. The client retries until the server listens.
+// codes. Like the C tools, the client does not wait for the server: it
+// runs once the server's TCP listener is up.
 func runServerClient(t *testing.T, run func([]string) int, args ...string) (srv, cli int) {
 	t.Helper()
-	port := freePort(t)
+	port := reservePort()
 	srvAddr := testaddr.Next().String()
 	sargs := append([]string{"--addr", srvAddr, "-p", port}, args...)
 	cargs := append([]string{"--addr", testaddr.Next().String(), "-p", port}, args...)
-	var wg sync.WaitGroup
-	wg.Add(1)
+	done := make(chan struct{})
 	go func() {
-		defer wg.Done()
+		defer close(done)
 		srv = run(sargs)
 	}()
-	// Like the C tools, the client does not wait for the server: retry
-	// while the server is still starting.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		// The server listens on its --addr only.
-		if cli = run(append(cargs, srvAddr)); cli == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	wg.Wait()
+	// The server listens on its --addr only.
+	waitBound(t, "tcp", srvAddr, port, done)
+	cli = run(append(cargs, srvAddr))
+	<-done
 	return srv, cli
 }
 
@@ -102,29 +127,24 @@ func TestCLIDemoShort(t *testing.T) {
 // -p (each on its --addr), and each client reaches its own server from its
 // --addr.
 func TestCLIServersShareTCPPort(t *testing.T) {
-	port := freePort(t)
+	port := reservePort()
 	srvA, srvB := testaddr.Next().String(), testaddr.Next().String()
 	run := func(a []string) int { return runPerf(perftest.WriteBW, a) }
 	codes := make([]int, 2)
 	var wg sync.WaitGroup
+	done := []chan struct{}{make(chan struct{}), make(chan struct{})}
 	for i, srv := range []string{srvA, srvB} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer close(done[i])
 			codes[i] = run([]string{"--addr", srv, "-p", port, "-n", "20", "--json"})
 		}()
 	}
-	for _, srv := range []string{srvA, srvB} {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			cli := run([]string{"--addr", testaddr.Next().String(), "-p", port, "-n", "20", "--json", srv})
-			if cli == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("client of %s: exit %d", srv, cli)
-			}
-			time.Sleep(50 * time.Millisecond)
+	for i, srv := range []string{srvA, srvB} {
+		waitBound(t, "tcp", srv, port, done[i])
+		if cli := run([]string{"--addr", testaddr.Next().String(), "-p", port, "-n", "20", "--json", srv}); cli != 0 {
+			t.Errorf("client of %s: exit %d", srv, cli)
 		}
 	}
 	wg.Wait()
@@ -138,29 +158,19 @@ func TestCLIServersShareTCPPort(t *testing.T) {
 func TestCLIPerfFlags(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "out.json")
 	run := func(a []string) int { return runPerf(perftest.WriteBW, a) }
-	port := freePort(t)
+	port := reservePort()
 	srv := testaddr.Next().String()
-	var wg sync.WaitGroup
+	done := make(chan struct{})
 	var scode int
-	wg.Add(1)
 	go func() {
-		defer wg.Done()
+		defer close(done)
 		scode = run([]string{"--addr", srv, "-p", port, "-n", "50", "-s", "512", "-I", "256", "-S", "3"})
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		code := run([]string{"--addr", testaddr.Next().String(), "-p", port, "-n", "50", "-s", "512", "-I", "256", "-S", "3", "-N", "--out_json_file", file, srv})
-		if code == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("client exit %d", code)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	wg.Wait()
-	if scode != 0 {
-		t.Fatalf("server exit %d", scode)
+	waitBound(t, "tcp", srv, port, done)
+	code := run([]string{"--addr", testaddr.Next().String(), "-p", port, "-n", "50", "-s", "512", "-I", "256", "-S", "3", "-N", "--out_json_file", file, srv})
+	<-done
+	if code != 0 || scode != 0 {
+		t.Fatalf("exit codes server %d client %d", scode, code)
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {
@@ -182,56 +192,40 @@ func TestCLIPerfFlags(t *testing.T) {
 	}
 }
 
-// udpBound reports whether a UDP socket is bound to addr:port, read from
-// /proc/net/udp: probing with a bind of our own would race the server's
-// bind and could make it fail with "address in use".
-func udpBound(t *testing.T, addr string, port uint16) bool {
-	t.Helper()
-	a := netip.MustParseAddr(addr).As4()
-	want := fmt.Sprintf("%08X:%04X", binary.NativeEndian.Uint32(a[:]), port)
-	b, err := os.ReadFile("/proc/net/udp")
-	if err != nil {
-		t.Fatalf("cannot see the server's socket: %v", err)
-	}
-	for _, line := range strings.Split(string(b), "\n")[1:] {
-		if f := strings.Fields(line); len(f) > 1 && f[1] == want {
-			return true
-		}
-	}
-	return false
-}
-
-// TestCLIRpingJSON: rping -s / -c with --json.
+// TestCLIRpingJSON: rping -s / -c with --json. rping's -p is an RDMA CM
+// port, in the CM of the server's own device (on an address of this test
+// binary's), not a kernel TCP port: the default needs no reservation.
 func TestCLIRpingJSON(t *testing.T) {
-	port := freePort(t)
 	srv := testaddr.Next().String()
-	var wg sync.WaitGroup
+	done := make(chan struct{})
 	var scode int
-	wg.Add(1)
 	go func() {
-		defer wg.Done()
-		scode = runRping([]string{"-s", "-a", srv, "-p", port, "-C", "3", "-V", "--json"})
+		defer close(done)
+		scode = runRping([]string{"-s", "-a", srv, "-C", "3", "-V", "--json"})
 	}()
 	// Connect once the server's device holds its UDP port: a REQ to an
 	// address with no device waits for the CM's whole timeout.
-	deadline := time.Now().Add(10 * time.Second)
-	for !udpBound(t, srv, 4791) {
-		if time.Now().After(deadline) {
-			t.Fatal("rping server has no device")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitBound(t, "udp", srv, "4791", done)
+	// The device comes before the CM listener, and a REQ the CM has no
+	// listener for is rejected (as rping's client, like the C one, does
+	// not wait for its server): run the client again while the server,
+	// still waiting for its client, has not yet listened.
+	deadline := time.Now().Add(serverGuard)
 	for {
-		code := runRping([]string{"-c", "-a", srv, "-I", testaddr.Next().String(), "-p", port, "-C", "3", "-V", "--json"})
+		code := runRping([]string{"-c", "-a", srv, "-I", testaddr.Next().String(), "-C", "3", "-V", "--json"})
 		if code == 0 {
 			break
+		}
+		select {
+		case <-done:
+			t.Fatalf("client exit %d; the server ended (exit %d)", code, scode)
+		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("client exit %d", code)
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
-	wg.Wait()
+	<-done
 	if scode != 0 {
 		t.Fatalf("server exit %d", scode)
 	}

@@ -1,18 +1,18 @@
 package lst
 
 // Multi-process tests: softib is built once, lnetd processes run on
-// loopback addresses of this test binary (tools/loopaddr) sharing one
-// free port, and `softib lst` drives them as a user would.
+// loopback addresses of this test binary (internal/testaddr) sharing one
+// reserved port, and `softib lst` drives them as a user would.
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,6 +75,7 @@ func TestMain(m *testing.M) {
 
 type procNode struct {
 	nid    string
+	sock   string // control socket
 	cmd    *exec.Cmd
 	log    *testenv.Buffer
 	exited chan struct{}
@@ -86,14 +87,14 @@ func (n *procNode) kill() {
 	<-n.exited
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp4", "0.0.0.0:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+// reservePort returns a TCP port for the nodes' accept_port: each binds
+// it on its own address (addrs'), never on the wildcard, which the
+// reservation would refuse. This test binary holds it with a live
+// listener on a testaddr block's .0 address until it exits
+// (testaddr.Port), which keeps every other process's wildcard socket off
+// it: a port found free and closed again could be taken meanwhile.
+func reservePort() int {
+	return testaddr.Port(0)
 }
 
 // startNodes starts lnetd on each address with the shared port.
@@ -120,7 +121,7 @@ func startNodesSock(t *testing.T, port int, socks []string, ips ...string) []*pr
 		if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		n := &procNode{nid: ip + "@tcp", log: &testenv.Buffer{}, exited: make(chan struct{})}
+		n := &procNode{nid: ip + "@tcp", sock: sock, log: &testenv.Buffer{}, exited: make(chan struct{})}
 		n.cmd = exec.Command(bin, "lnetd", "--config", cfg, "--socket", sock)
 		n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
 		if err := n.cmd.Start(); err != nil {
@@ -180,7 +181,7 @@ func lstRun(t *testing.T, env []string, args ...string) (int, string, string) {
 }
 
 func TestProcQuick(t *testing.T) {
-	port := freePort(t)
+	port := reservePort()
 	ip := addrs(3)
 	startNodes(t, port, ip...)
 	p := strconv.Itoa(port)
@@ -218,7 +219,7 @@ func TestProcQuick(t *testing.T) {
 
 // TestProcSession drives a session across separate lst invocations.
 func TestProcSession(t *testing.T) {
-	port := freePort(t)
+	port := reservePort()
 	ip := addrs(2)
 	startNodes(t, port, ip...)
 	env := []string{"LST_SESSION_FILE=" + filepath.Join(t.TempDir(), "lst.json")}
@@ -302,22 +303,57 @@ func TestProcSession(t *testing.T) {
 	}
 }
 
+var recvLength = regexp.MustCompile(`(?m)^\s*recv_length: (\d+)$`)
+
+// killAfterRecv SIGKILLs n once its LNet has received at least bytes (its
+// stats' recv_length, polled with lnetctl through its control socket).
+// It runs on its own goroutine: it returns an error rather than failing
+// the test.
+func killAfterRecv(bin string, n *procNode, bytes int64) error {
+	deadline := time.Now().Add(hangGuard)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+		out, err := exec.CommandContext(ctx, bin, "lnetctl", "--socket", n.sock, "stats", "show").Output()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%s: lnetctl stats show: %v", n.nid, err)
+		}
+		m := recvLength.FindSubmatch(out)
+		if m == nil {
+			return fmt.Errorf("%s: no recv_length in:\n%s", n.nid, out)
+		}
+		if v, _ := strconv.ParseInt(string(m[1]), 10, 64); v >= bytes {
+			n.kill()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s received %s B, never %d: not killed", n.nid, m[1], bytes)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // TestProcKillServer kills a server during a quick run: the run must end
 // on time, report errors and exit non-zero.
 func TestProcKillServer(t *testing.T) {
-	port := freePort(t)
+	port := reservePort()
 	ip := addrs(3)
 	nodes := startNodes(t, port, ip...)
-	go func() {
-		time.Sleep(1500 * time.Millisecond)
-		nodes[2].kill()
-	}()
+	// Kill the second server once the run's bulk data reaches it, not
+	// after a guessed delay, which a busy machine could let pass before
+	// the run starts.
+	bin := softibBin(t)
+	killed := make(chan error, 1)
+	go func() { killed <- killAfterRecv(bin, nodes[2], 1<<20) }()
 	start := time.Now()
 	code, out, errs := lstRun(t, nil, "quick", "--from", ip[0]+"@tcp", "--to", ip[1]+"@tcp,"+ip[2]+"@tcp", "--port", strconv.Itoa(port),
 		"--seconds", "3", "--concurrency", "4", "--distribute", "1:N", "--json", "brw", "write", "size=1M", "check=full")
 	var res QuickResult
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("exit %d, bad JSON %v:\n%s\n%s", code, err, out, errs)
+	}
+	if err := <-killed; err != nil {
+		t.Fatalf("%v (lst exit %d: %+v)", err, code, res)
 	}
 	if code != 1 || res.OK || (res.Errors == 0 && len(res.Down) == 0) {
 		t.Fatalf("exit %d after a server died: %+v", code, res)
@@ -330,7 +366,7 @@ func TestProcKillServer(t *testing.T) {
 // and its flags after the test spec, goes through that node (which knows
 // the port) instead of dialling 988.
 func TestProcDefaultNode(t *testing.T) {
-	port := freePort(t)
+	port := reservePort()
 	xdg := t.TempDir()
 	ip := addrs(2)
 	startNodesSock(t, port, []string{filepath.Join(xdg, "softib", "lnetd.sock")}, ip...)
@@ -348,7 +384,7 @@ func TestProcDefaultNode(t *testing.T) {
 // socket, and the node itself takes part (its own TEST destination list
 // is a bulk the node GETs from itself).
 func TestProcOnNode(t *testing.T) {
-	port := freePort(t)
+	port := reservePort()
 	xdg := t.TempDir()
 	ip := addrs(2)
 	startNodesSock(t, port, []string{filepath.Join(xdg, "softib", "lnetd.sock")}, ip...)
@@ -379,7 +415,7 @@ func TestProcOnNode(t *testing.T) {
 // (found against the Lustre 2.17 kernel: its node recorded the softib
 // console's session as 0@<0:0>).
 func TestProcSocketSessionNID(t *testing.T) {
-	port := freePort(t)
+	port := reservePort()
 	ip := addrs(2)
 	sock := filepath.Join(t.TempDir(), "run", "lnetd.sock")
 	startNodesSock(t, port, []string{sock}, ip...)

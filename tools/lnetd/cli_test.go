@@ -19,7 +19,7 @@ func TestRunDaemonInProcess(t *testing.T) {
 	dir := t.TempDir()
 	ip := testIP()
 	cfg := filepath.Join(dir, "lnet.yaml")
-	os.WriteFile(cfg, []byte(nodeYAML(ip, freePort(t), "")), 0o644)
+	os.WriteFile(cfg, []byte(nodeYAML(ip, reservePort(), "")), 0o644)
 	sock := filepath.Join(dir, "s", "lnetd.sock")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -71,7 +71,7 @@ func TestRunDaemonFlags(t *testing.T) {
 }
 
 func TestLNetPingInProcess(t *testing.T) {
-	port := freePort(t)
+	port := reservePort()
 	a := startInproc(t, testIP(), port, "")
 	b := startInproc(t, testIP(), port, "")
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
@@ -117,7 +117,7 @@ func TestLNetPingInProcess(t *testing.T) {
 }
 
 func TestCtlJSONErrorsAndUsage(t *testing.T) {
-	a := startInproc(t, testIP(), freePort(t), "")
+	a := startInproc(t, testIP(), reservePort(), "")
 	code, _, errs := ctlRun(t, a.sock, "--json", "net", "del", "--net", "tcp7")
 	if code != 1 || !strings.Contains(errs, `"errno": -2`) || !strings.Contains(errs, `"del"`) {
 		t.Errorf("JSON error: %d %s", code, errs)

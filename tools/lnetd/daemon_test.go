@@ -17,7 +17,7 @@ import (
 )
 
 func TestNetShowPingPeerStats(t *testing.T) {
-	port := freePort(t)
+	port := reservePort()
 	a := startInproc(t, testIP(), port, "")
 	b := startInproc(t, testIP(), port, "")
 
@@ -62,7 +62,7 @@ func TestNetShowPingPeerStats(t *testing.T) {
 }
 
 func TestNetAddDel(t *testing.T) {
-	port := freePort(t)
+	port := reservePort()
 	a := startInproc(t, testIP(), port, "")
 	ip := testIP()
 	ctlOK(t, a.sock, "net", "add", "--net", "tcp1", "--if", ip, "--peer-credits", "16", "--credits", "64", "--conns-per-peer", "2")
@@ -98,7 +98,7 @@ func TestNetAddDel(t *testing.T) {
 }
 
 func TestGlobalSet(t *testing.T) {
-	a := startInproc(t, testIP(), freePort(t), "")
+	a := startInproc(t, testIP(), reservePort(), "")
 	ctlOK(t, a.sock, "set", "transaction_timeout", "30")
 	ctlOK(t, a.sock, "set", "max_interfaces", "64")
 	ctlOK(t, a.sock, "set", "discovery", "0")
@@ -123,7 +123,7 @@ func TestGlobalSet(t *testing.T) {
 // TestExportImportRoundTrip: export --backup of a configured node,
 // imported into a fresh node, exports the same YAML; import --del undoes.
 func TestExportImportRoundTrip(t *testing.T) {
-	port := freePort(t)
+	port := reservePort()
 	ip := testIP()
 	extra := `    numa_range: 2
     retry_count: 1
@@ -188,7 +188,7 @@ routing:
 }
 
 func TestPeerAddDelRoutes(t *testing.T) {
-	a := startInproc(t, testIP(), freePort(t), "")
+	a := startInproc(t, testIP(), reservePort(), "")
 	ctlOK(t, a.sock, "peer", "add", "--prim_nid", "10.1.1.1@tcp", "--nid", "10.1.1.2@tcp")
 	p := ctlDoc(t, a.sock, "peer", "show", "--nid", "10.1.1.2@tcp")
 	if p.Path("peer", 0, "primary nid") != "10.1.1.1@tcp" || p.Path("peer", 0, "Multi-Rail") != true ||
@@ -211,7 +211,7 @@ func TestPeerAddDelRoutes(t *testing.T) {
 }
 
 func TestPingErrors(t *testing.T) {
-	a := startInproc(t, testIP(), freePort(t), "")
+	a := startInproc(t, testIP(), reservePort(), "")
 	// Nobody listens there: the ping fails with an lnetctl error block.
 	dead := testIP() + "@tcp"
 	code, out, errs := ctlRun(t, a.sock, "ping", "--timeout", "3s", dead)
@@ -230,7 +230,7 @@ func TestPingErrors(t *testing.T) {
 // TestPutGetVerified moves 0 B .. 1 MiB through the echo service and
 // checks the data on both ends by CRC.
 func TestPutGetVerified(t *testing.T) {
-	port := freePort(t)
+	port := reservePort()
 	a := startInproc(t, testIP(), port, "")
 	b := startInproc(t, testIP(), port, "")
 	for i, size := range []int{0, 1, 4095, 4096, 65536, 1 << 20} {
@@ -268,7 +268,7 @@ func eventTypes(m Map) string {
 // unlinked with the second, and the third PUT finds nothing: dropped at
 // the target, never ACKed.
 func TestMDThresholdUnlink(t *testing.T) {
-	port := freePort(t)
+	port := reservePort()
 	a := startInproc(t, testIP(), port, "")
 	b := startInproc(t, testIP(), port, "")
 	md := ctlDoc(t, b.sock, "test", "md", "add", "--portal", "20", "--bits", "7", "--size", "8192", "--threshold", "2", "--options", "put")
@@ -308,7 +308,7 @@ func TestMDThresholdUnlink(t *testing.T) {
 // TestLazyPortal: a PUT to a lazy portal with no ME waits at the target
 // and completes (ACKed) once an MD is attached.
 func TestLazyPortal(t *testing.T) {
-	port := freePort(t)
+	port := reservePort()
 	a := startInproc(t, testIP(), port, "")
 	b := startInproc(t, testIP(), port, "")
 	ctlOK(t, b.sock, "test", "lazy", "--portal", "21")

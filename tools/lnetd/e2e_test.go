@@ -201,7 +201,7 @@ func putGet(t *testing.T, from, to *procNode, size, slot int, seed int) {
 // TestE2EThreeNodes runs three lnetd processes on loopback and exercises
 // lnetctl and lnet ping between all of them.
 func TestE2EThreeNodes(t *testing.T) {
-	port := freePort(t)
+	port := reservePort()
 	var nodes []*procNode
 	for i := range 3 {
 		ip := testIP()
@@ -327,7 +327,7 @@ func TestE2EBadConfig(t *testing.T) {
 // success); restarted, it is seen as a new incarnation and a fresh
 // connection carries verified data again.
 func TestE2EPeerKilledAndRestarted(t *testing.T) {
-	port := freePort(t)
+	port := reservePort()
 	ipA, ipB := testIP(), testIP()
 	// Short reconnect backoff so the restarted peer is reached quickly.
 	lt := "net:\n    - net type: tcp\n      local NI(s):\n        - interfaces:\n              0: %s\n" +
@@ -461,7 +461,7 @@ func TestE2ENetemNamespaces(t *testing.T) {
 // TestE2EMDAndLazyPortal: MD threshold and auto-unlink, and a PUT held
 // on a lazy portal, between two lnetd processes.
 func TestE2EMDAndLazyPortal(t *testing.T) {
-	port := freePort(t)
+	port := reservePort()
 	ipA, ipB := testIP(), testIP()
 	a := startProc(t, "A", ipA, nodeYAML(ipA, port, ""))
 	b := startProc(t, "B", ipB, nodeYAML(ipB, port, ""))

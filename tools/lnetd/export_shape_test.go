@@ -69,7 +69,7 @@ var updateShape = flag.Bool("update-export-shape", false, "rewrite testdata/expo
 // TestExportShapeMatchesLustre217 -update-export-shape rewrites it).
 func TestExportShapeMatchesLustre217(t *testing.T) {
 	ip := testIP()
-	a := startO2IBInproc(t, ip, freePort(t), "")
+	a := startO2IBInproc(t, ip, reservePort(), "")
 	gw := netip.MustParseAddr(ip).Next().String() + "@tcp"
 	ctlOK(t, a.sock, "peer", "add", "--prim_nid", "10.99.0.1@tcp", "--nid", "10.99.0.2@tcp")
 	ctlOK(t, a.sock, "route", "add", "--net", "tcp7", "--gateway", gw, "--hop", "2", "--priority", "1")

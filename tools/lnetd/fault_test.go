@@ -48,7 +48,7 @@ func mustParse(t *testing.T, s string) lnetwire.NID {
 // (Named in the brief as the softib-only discovery test between two
 // lnetd.)
 func TestDiscoverCommand(t *testing.T) {
-	port := freePort(t)
+	port := reservePort()
 	// Discovery is on by default; these nodes say so, as the test is about it.
 	a := startInproc(t, testIP(), port, "    discovery: 1\n")
 	b := startInproc(t, testIP(), port, "    discovery: 1\n")
@@ -117,7 +117,7 @@ func TestDiscoverCommand(t *testing.T) {
 // selects (A's test put times out), show counts them, del lets traffic
 // through again; bad command lines are refused with lnetctl's messages.
 func TestFaultCommands(t *testing.T) {
-	port := freePort(t)
+	port := reservePort()
 	a := startInproc(t, testIP(), port, "")
 	b := startInproc(t, testIP(), port, "")
 	ctlOK(t, a.sock, "test", "put", "--nid", b.nid, "--size", "100")
@@ -195,7 +195,7 @@ func TestFaultCommands(t *testing.T) {
 // of A then pushes nothing new and lists A Multi-Rail; with discovery off
 // on B, B's discover of A sends nothing and reports A as B knows it.
 func TestE2EDiscovery(t *testing.T) {
-	port := freePort(t)
+	port := reservePort()
 	ipA, ipB, ipB2 := testIP(), testIP(), testIP()
 	a := startProc(t, "A", ipA, nodeYAML(ipA, port, "    discovery: 1\n"))
 	b := startProc(t, "B", ipB, nodeYAML(ipB, port, "    discovery: 1\n"))

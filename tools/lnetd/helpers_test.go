@@ -24,16 +24,14 @@ func testIP() string {
 	return testaddr.Next().String()
 }
 
-// freePort returns a TCP port nothing listens on now, on any address, so
-// every node of a test cluster can use it on its own loopback address.
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp4", "0.0.0.0:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+// reservePort returns a TCP port for a test cluster's accept_port: every
+// node binds it on its own NI address (testIP's), never on the wildcard,
+// which the reservation would refuse. This test binary holds it with a
+// live listener on a testaddr block's .0 address until it exits
+// (testaddr.Port), which keeps every other process's wildcard socket off
+// it: a port found free and closed again could be taken meanwhile.
+func reservePort() int {
+	return testaddr.Port(0)
 }
 
 // nodeYAML is the configuration of a one-NI test node.

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -237,9 +238,25 @@ func mrLinkDown(t *testing.T, node mrNodeFunc, size int) {
 	// themselves.
 	mrIP(t, "-n", p.A.Name, "link", "set", devA, "down")
 	mrIP(t, "-n", p.B.Name, "link", "set", devB, "down")
-	// Let the receivers read what had arrived whole before the reset
-	// (a settling pause, not a timing check).
-	time.Sleep(200 * time.Millisecond)
+	// Let the receivers read what had arrived before the reset: wait
+	// until no connection over the dead rail holds unread data (ss's
+	// Recv-Q; nothing arrives any more), rather than for a pause a busy
+	// machine could outlast.
+	for _, n := range []*netns.Node{p.A, p.B} {
+		mrWaitFor(t, n.Name+": dead rail's receive queues read", func() bool {
+			out, err := n.Command("ss", "-Htn", "dst", "10.213.0.0/24").CombinedOutput()
+			if err != nil {
+				t.Fatalf("ss: %v\n%s", err, out)
+			}
+			for _, line := range strings.Split(string(out), "\n") {
+				// State Recv-Q Send-Q Local Peer
+				if f := strings.Fields(line); len(f) > 1 && f[1] != "0" {
+					return false
+				}
+			}
+			return true
+		})
+	}
 	for _, n := range []*netns.Node{p.A, p.B} {
 		if out, err := n.Command("ss", "-K", "dst", "10.213.0.0/24").CombinedOutput(); err != nil {
 			t.Fatalf("ss -K: %v\n%s", err, out)

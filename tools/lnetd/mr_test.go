@@ -11,7 +11,7 @@ import (
 // through lnetctl, with Lustre 2.17's keys and errnos; stats show has the
 // health counters.
 func TestPeerHealthCommands(t *testing.T) {
-	a := startInproc(t, testIP(), freePort(t), "")
+	a := startInproc(t, testIP(), reservePort(), "")
 	ctlOK(t, a.sock, "peer", "add", "--prim_nid", "10.1.2.1@tcp", "--nid", "10.1.2.2@tcp,10.1.3.1@tcp1")
 	p := ctlDoc(t, a.sock, "peer", "show", "-v", "--nid", "10.1.3.1@tcp1")
 	state := int64(lnet.PeerConfigured | lnet.PeerMultiRail)
@@ -85,7 +85,7 @@ func TestPeerHealthCommands(t *testing.T) {
 
 // TestUDSPCommands: lnetctl udsp add/show/del with liblnetconfig's keys.
 func TestUDSPCommands(t *testing.T) {
-	a := startInproc(t, testIP(), freePort(t), "")
+	a := startInproc(t, testIP(), reservePort(), "")
 	ctlOK(t, a.sock, "udsp", "add", "--src", "tcp", "--priority", "3")
 	ctlOK(t, a.sock, "udsp", "add", "--dst", "10.1.9.[1-3]@tcp", "--priority", "0", "--idx", "0")
 	u := ctlDoc(t, a.sock, "udsp", "show")

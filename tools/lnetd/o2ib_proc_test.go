@@ -15,7 +15,7 @@ import (
 // quick` brw write 1M, brw read 4K and ping with A's lnetd as the console
 // (--socket: lst's own short-lived node speaks tcp only).
 func TestE2EO2IBThreeNodes(t *testing.T) {
-	port := freePort(t)
+	port := reservePort()
 	var nodes []*procNode
 	for i := range 3 {
 		ip := testIP()

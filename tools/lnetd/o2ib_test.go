@@ -117,7 +117,7 @@ func TestO2IBConfigParses(t *testing.T) {
 // tunables, ping and verified 1 MiB PUT/GET work over o2ib, and deleting
 // and re-adding the net closes and reopens the device (UDP 4791 freed).
 func TestO2IBDaemon(t *testing.T) {
-	port := freePort(t)
+	port := reservePort()
 	a := startO2IBInproc(t, testIP(), port, "              peercredits_hiw: 8\n              concurrent_sends: 16\n              conns_per_peer: 2\n")
 	b := startO2IBInproc(t, testIP(), port, "              ntx: 256\n")
 	bIB := b.ip + "@o2ib"

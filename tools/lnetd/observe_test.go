@@ -27,7 +27,7 @@ import (
 // o2iblnd messages with no malformed frame and every ICRC right.
 func TestE2EObserve(t *testing.T) {
 	t.Setenv("XDG_RUNTIME_DIR", t.TempDir()) // the devices' control sockets
-	port := freePort(t)
+	port := reservePort()
 	aIP, bIP := testIP(), testIP()
 	b := startProc(t, "b", bIP, o2ibNodeYAML(bIP, port, "              ntx: 256\n"))
 

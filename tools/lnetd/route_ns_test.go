@@ -40,6 +40,8 @@ type rtTopo struct {
 	id   string
 	hubs map[int]string
 	n    int
+	// maxReconnectMS, if set, is every tcp NI's max_reconnectms.
+	maxReconnectMS int
 }
 
 func newRtTopo(t *testing.T) *rtTopo {
@@ -109,11 +111,15 @@ func rtRoute(net string, gw rtNI) string {
 
 // rtYAML is a node's configuration: its NIs, routes, routing switch and
 // extra top-level sections.
-func rtYAML(nis []rtNI, routes string, routing bool, extra string) string {
+// A non-zero maxReconnectMS is the tcp NIs' max_reconnectms.
+func rtYAML(nis []rtNI, routes string, routing bool, extra string, maxReconnectMS int) string {
 	var b strings.Builder
 	b.WriteString("net:\n")
 	for _, ni := range nis {
 		fmt.Fprintf(&b, "    - net type: %s\n      local NI(s):\n        - interfaces:\n              0: %s\n", ni.net, ni.addr)
+		if maxReconnectMS > 0 && strings.HasPrefix(ni.net, "tcp") {
+			fmt.Fprintf(&b, "          lnd tunables:\n              max_reconnectms: %d\n", maxReconnectMS)
+		}
 	}
 	if routes != "" {
 		b.WriteString("route:\n" + routes)
@@ -141,7 +147,7 @@ func rtYAML(nis []rtNI, routes string, routing bool, extra string) string {
 // start runs lnetd in ns.
 func (tp *rtTopo) start(name, ns string, nis []rtNI, routes string, routing bool, extra string) *procNode {
 	tp.t.Helper()
-	n := startProc(tp.t, name, nis[0].addr, rtYAML(nis, routes, routing, extra), "ip", "netns", "exec", ns)
+	n := startProc(tp.t, name, nis[0].addr, rtYAML(nis, routes, routing, extra, tp.maxReconnectMS), "ip", "netns", "exec", ns)
 	n.nid = nis[0].nid()
 	return n
 }
@@ -157,6 +163,43 @@ func routeStates(n *procNode, net string) map[string]string {
 		}
 	}
 	return out
+}
+
+// rtWatch names routes of a node: those to net through gws.
+type rtWatch struct {
+	n   *procNode
+	net string
+	gws []rtNI
+}
+
+// waitRoutesSince waits until each watch's routes are all in state and
+// returns, per watch, the time from t0 to the end of the first query that
+// showed them so (an upper bound of when they changed). The nodes are
+// polled together: one after the other, the second would be charged with
+// the wait for the first.
+func waitRoutesSince(t *testing.T, t0 time.Time, state string, ws ...rtWatch) []time.Duration {
+	t.Helper()
+	took := make([]time.Duration, len(ws))
+	waitUntil(t, "routes "+state, func() bool {
+		all := true
+		for i, w := range ws {
+			if took[i] > 0 {
+				continue
+			}
+			st := routeStates(w.n, w.net)
+			in := true
+			for _, g := range w.gws {
+				in = in && st[g.nid()] == state
+			}
+			if in {
+				took[i] = time.Since(t0)
+			} else {
+				all = false
+			}
+		}
+		return all
+	})
+	return took
 }
 
 // waitRoutes waits until n's routes to net through gws are all in state.
@@ -338,8 +381,21 @@ func TestE2ERouterBufferExhaustion(t *testing.T) {
 // within the configured times the routes through it are down and traffic
 // flows through the other; restarted, its routes come back up and carry
 // traffic again.
+//
+// The configured times are bounds in wall time (issue #12: failover
+// "within the configured times"), checked with a margin that a loaded
+// machine cannot eat for any reason but a bug: each is measured from the
+// event itself (the router's process reaped; the restarted router
+// ready), on the nodes polled together; it allows one check interval more
+// than the configuration needs (a check due while the machine is busy may
+// run late) and 2 s for the polling (each poll runs lnetctl processes);
+// and socklnd's reconnect backoff, which would grow with the time R1 is
+// down (with the machine's load) up to max_reconnectms' default 60 s, is
+// capped by max_reconnectms.
 func TestE2ERouteFailover(t *testing.T) {
+	const maxReconnect = 2 * time.Second // max_reconnectms
 	tp := newRtTopo(t)
+	tp.maxReconnectMS = int(maxReconnect / time.Millisecond)
 	nsA, ipA := tp.node(1, 1)
 	nsR1, ipR1 := tp.node(2, 1, 2)
 	nsR2, ipR2 := tp.node(3, 1, 2)
@@ -365,24 +421,25 @@ func TestE2ERouteFailover(t *testing.T) {
 	var wg sync.WaitGroup
 	var lstRes lst.QuickResult
 	var lstCode int
+	before1 := routeCount(r1)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		lstCode, lstRes, _ = lstQuick(t, a, aNI.nid(), bNI.nid(), 8, 6, "brw", "write", "size=1M", "check=full")
 	}()
-	time.Sleep(2 * time.Second)
+	// Kill R1 once the run's traffic goes through it.
+	waitUntil(t, "lst traffic through R1", func() bool { return routeCount(r1) > before1 })
+	r1.kill() // returns once the process is reaped: its sockets are closed
 	killed := time.Now()
-	r1.kill()
 	// The routes through R1 go down within the configured times: at once
 	// when the LNDs see the connections die, at the latest after a live
-	// interval plus the ping timeout.
-	waitRoutes(t, a, "tcp1", "down", r1A)
-	downA := time.Since(killed)
-	waitRoutes(t, b, "tcp", "down", r1B)
-	downB := time.Since(killed)
-	t.Logf("routes through R1 down %v (A) and %v (B) after the kill", downA, downB)
-	if limit := time.Duration(rtCheck+rtPingTimeout+2) * time.Second; downA > limit || downB > limit {
-		t.Errorf("routes through R1 went down after %v/%v (configured %d s + %d s)", downA, downB, rtCheck, rtPingTimeout)
+	// interval plus the ping timeout (a ping sent just before the kill
+	// was answered; the next, a live interval later, times out).
+	down := waitRoutesSince(t, killed, "down", rtWatch{a, "tcp1", []rtNI{r1A}}, rtWatch{b, "tcp", []rtNI{r1B}})
+	t.Logf("routes through R1 down %v (A) and %v (B) after the kill", down[0], down[1])
+	if limit := time.Duration(rtCheck+rtPingTimeout+rtCheck+2) * time.Second; down[0] > limit || down[1] > limit {
+		t.Errorf("routes through R1 went down after %v/%v: configured %d s live interval + %d s ping timeout, limit %v",
+			down[0], down[1], rtCheck, rtPingTimeout, limit)
 	}
 	// Echo PUTs meanwhile: each either completes with the data in place
 	// or fails with an error event; after failover they all go via R2.
@@ -422,17 +479,18 @@ func TestE2ERouteFailover(t *testing.T) {
 		putGetVia(t, a, b, bNI.nid(), 1<<20, i, 200+i)
 	}
 
-	// Restart R1: its routes come back within the dead-router interval.
+	// Restart R1: its routes come back within the configured times. The
+	// ping that finds it again waits for socklnd's reconnect backoff (the
+	// last refused connect before R1 listened again, plus at most
+	// max_reconnectms), then for the checker's next ping (a dead-router
+	// interval later) and its reply (within the ping timeout).
+	r1.start() // returns once R1 is ready: its acceptor listens
 	restarted := time.Now()
-	r1.start()
-	waitRoutes(t, a, "tcp1", "up", r1A, r2A)
-	waitRoutes(t, b, "tcp", "up", r1B, r2B)
-	t.Logf("routes through R1 up %v after its restart (dead_router_check_interval %d s)", time.Since(restarted), rtCheck)
-	// The ping that finds it again waits for socklnd's reconnect backoff
-	// (min_reconnectms doubling after each refused connect while R1 was
-	// down), so allow for that on top of the checker's interval.
-	if d := time.Since(restarted); d > 30*time.Second {
-		t.Errorf("routes came back after %v", d)
+	up := waitRoutesSince(t, restarted, "up", rtWatch{a, "tcp1", []rtNI{r1A, r2A}}, rtWatch{b, "tcp", []rtNI{r1B, r2B}})
+	t.Logf("routes through R1 up %v (A) and %v (B) after its restart", up[0], up[1])
+	if limit := maxReconnect + time.Duration(rtCheck+rtPingTimeout+rtCheck+2)*time.Second; up[0] > limit || up[1] > limit {
+		t.Errorf("routes through R1 came back after %v/%v: configured max_reconnectms %v + %d s dead interval + %d s ping timeout, limit %v",
+			up[0], up[1], maxReconnect, rtCheck, rtPingTimeout, limit)
 	}
 	lstClean(t, a, aNI.nid(), bNI.nid(), 8, "brw", "write", "size=1M", "check=full")
 	if routeCount(r1) == 0 {

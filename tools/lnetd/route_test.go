@@ -9,7 +9,7 @@ import (
 // (routing show), route add/del/show -v go to the core with Lustre's
 // errors, and peer show -v carries the router credit columns.
 func TestRoutingCommands(t *testing.T) {
-	a := startInproc(t, testIP(), freePort(t), "")
+	a := startInproc(t, testIP(), reservePort(), "")
 	r := ctlDoc(t, a.sock, "routing", "show")
 	if r.Path("routing", 1, "enable") != int64(0) || r.Path("routing", 0, "cpt[0]", "large", "nbuffers") != int64(1024) ||
 		r.Path("buffers", "small") != int64(16384) {

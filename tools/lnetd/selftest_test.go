@@ -13,7 +13,7 @@ import (
 // console node reaches it over tcp, joins it to a session, reads its
 // counters and removes it from the session.
 func TestSelftestService(t *testing.T) {
-	port := freePort(t)
+	port := reservePort()
 	n := startInproc(t, testIP(), port, "")
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
@@ -45,7 +45,7 @@ func TestSelftestService(t *testing.T) {
 // (the lst.call op), with A itself in the groups: the console RPCs leave
 // from A's own instance.
 func TestSelftestProxy(t *testing.T) {
-	port := freePort(t)
+	port := reservePort()
 	a := startInproc(t, testIP(), port, "")
 	b := startInproc(t, testIP(), port, "")
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)

@@ -20,9 +20,14 @@ func QPDebug(qp verbs.QP) map[string]any {
 }
 
 // SockStats returns the udp socket counters of the device behind cq, or
-// nil when its Conn is not a *udp.Socket.
+// nil when its Conn is not a *udp.Socket (or a test Conn wrapping one,
+// with a UDPSocket method).
 func SockStats(cq verbs.CQ) map[string]uint64 {
-	if s, ok := cq.(*CQ).dev.conn.(*udp.Socket); ok {
+	s, ok := cq.(*CQ).dev.conn.(*udp.Socket)
+	if w, wraps := cq.(*CQ).dev.conn.(interface{ UDPSocket() *udp.Socket }); wraps {
+		s, ok = w.UDPSocket(), true
+	}
+	if ok {
 		m := stats.Snapshot(&s.Stats)
 		for _, sh := range cq.(*CQ).dev.shards[1:] { // the other receive shards
 			if o, ok := sh.conn.(*udp.Socket); ok {

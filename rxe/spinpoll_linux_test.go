@@ -1,66 +1,11 @@
 package rxe_test
 
 import (
-	"fmt"
-	"net"
-	"net/netip"
-	"sync"
 	"testing"
 
-	"softib/internal/testaddr"
 	"softib/rxe"
-	"softib/udp"
 	"softib/verbs"
 )
-
-// parkedConn is a udp.Socket whose device receive goroutine stays parked
-// (its Reader's Wait blocks until Close without reading), so that CQ
-// pollers are the socket's only readers. Every other method is the
-// socket's own: the pollers' reads go through the real non-blocking
-// reader, GRO splitting included.
-type parkedConn struct {
-	*udp.Socket
-	once   sync.Once
-	closed chan struct{}
-}
-
-func (c *parkedConn) NewReader(batch int) udp.Reader {
-	r := c.Socket.NewReader(batch)
-	if r == nil {
-		return nil
-	}
-	return parkedReader{r, c.closed}
-}
-
-func (c *parkedConn) Close() error {
-	c.once.Do(func() { close(c.closed) })
-	return c.Socket.Close()
-}
-
-// parkedReader is parkedConn's Reader: TryRead, ReadNow and Pending are
-// the socket's; Wait never calls ready and returns when the Conn closes,
-// as the socket's Wait does.
-type parkedReader struct {
-	udp.Reader
-	closed chan struct{}
-}
-
-func (r parkedReader) Wait(func() bool) error {
-	<-r.closed
-	return fmt.Errorf("parked reader: %w", net.ErrClosed)
-}
-
-// openParked opens a device on a fresh loopback address whose receive
-// goroutine never reads (parkedConn).
-func openParked(t *testing.T, noGRO bool) *rxe.Device {
-	t.Helper()
-	a := testaddr.Next()
-	s, err := udp.Listen(netip.AddrPortFrom(a, rxe.RoCEv2Port), &udp.Config{DisableGRO: noGRO})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return openDev(t, rxe.Config{DeviceConfig: verbs.DeviceConfig{Addr: a}, Conn: &parkedConn{Socket: s, closed: make(chan struct{})}})
-}
 
 // TestSpinPollReceives: without busy-poll mode, on a default device (UDP
 // GRO on) and on one without receive coalescing (NoRxCoalescing), an
@@ -81,12 +26,12 @@ func TestSpinPollReceives(t *testing.T) {
 		cfg := rxe.Config{DeviceConfig: verbs.DeviceConfig{NoRxCoalescing: c.noGRO}}
 		var dx *rxe.Device
 		if c.spin {
-			dx = openParked(t, c.noGRO)
+			dx = openParked(t, cfg)
 		} else {
 			dx = openDev(t, cfg)
 		}
 		x, y := newEnd(t, dx, verbs.QPTypeRC, 4096), newEnd(t, openDev(t, cfg), verbs.QPTypeRC, 4096)
-		o := connOpts{timeout: 20}
+		o := connOpts{timeout: lossTimeout}
 		connect(t, x, y, o)
 		connect(t, y, x, o)
 		wcx := make([]verbs.WC, 1)
@@ -112,13 +57,4 @@ func TestSpinPollReceives(t *testing.T) {
 		wantClean(t, x.cq)
 		wantClean(t, y.cq)
 	}
-}
-
-// spinOnly waits for one completion on e's CQ by spinning on Poll alone
-// (yielding between empty polls), never sleeping on the channel: on a
-// parked device (parkedConn) nothing else would read the socket. Hang
-// guard: 20 s.
-func spinOnly(t *testing.T, e *end, wc []verbs.WC) verbs.WC {
-	t.Helper()
-	return spinPoll(t, e, wc, -1)
 }

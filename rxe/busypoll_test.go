@@ -33,9 +33,9 @@ func busyPair(t testing.TB, bufSize int, park parking) (x, y *end) {
 // spinWC waits for one completion on e's CQ the way a busy-polling
 // application does: it spins on Poll (yielding between empty polls),
 // and after 200 empty polls arms the CQ and sleeps on e's channel, as
-// rdmautil.Waiter does. (With GOMAXPROCS=1, as in AllocsPerRun, an
-// endless spin would leave the other device's receive goroutine to the
-// netpoller's 10 ms sysmon polls.) Hang guard: 20 s.
+// rdmautil.Waiter does. (On one P, GOMAXPROCS=1, an endless spin would
+// leave the other device's receive goroutine to the netpoller's 10 ms
+// sysmon polls.) Hang guard: 20 s.
 func spinWC(t testing.TB, e *end, wc []verbs.WC) verbs.WC {
 	t.Helper()
 	return spinPoll(t, e, wc, 200)
@@ -412,9 +412,8 @@ func TestGROTokenPingPong(t *testing.T) {
 // lands is up to the scheduler (under -race on a loaded machine the
 // receive goroutine can win every time for a while), so the target's
 // receive goroutine is parked (parkedConn): its poller reads the whole
-// stream (the socket buffer, 8 MiB, holds a MiB whenever the poller
-// runs). The source's poller and receive goroutine share its token as
-// usual.
+// stream (the socket's 8 MiB buffer keeps a MiB until the poller runs).
+// The source's poller and receive goroutine share its token as usual.
 func TestGROTokenWriteStream(t *testing.T) {
 	const (
 		size   = 1 << 20

@@ -8,29 +8,35 @@ import (
 	"io/fs"
 	"net/netip"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 )
 
 // Bound reports whether a socket of this network namespace serves ap: a
 // TCP socket listening on it (network "tcp") or a UDP socket bound to it
-// ("udp"), read from /proc/net/{tcp,udp}{,6}; a socket on the wildcard
-// address (0.0.0.0 or ::) with ap's port counts. Tests wait with it for a
+// ("udp"), read from /proc/thread-self/net/{tcp,udp}{,6}; a socket on the
+// wildcard address (0.0.0.0 or ::) with ap's port counts. Tests wait with it for a
 // server in another goroutine or process to be ready: unlike a probe that
 // binds ap itself, it cannot take the address from the server, whose own
 // bind would then fail with "address in use".
 func Bound(network string, ap netip.AddrPort) (bool, error) {
-	var files []string
-	switch network {
-	case "tcp":
-		files = []string{"/proc/net/tcp", "/proc/net/tcp6"}
-	case "udp":
-		files = []string{"/proc/net/udp", "/proc/net/udp6"}
-	default:
+	if network != "tcp" && network != "udp" {
 		return false, fmt.Errorf("testaddr: Bound: network %q: want tcp or udp", network)
 	}
+	// The calling thread's namespace, not /proc/net's (the thread group
+	// leader's): a test binary's main thread may have been left in another
+	// network namespace for good (internal/netemu's router threads enter
+	// theirs and never leave, and one may have been the main thread),
+	// while the threads that run goroutines are in the process's own.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	dir := "/proc/thread-self/net/"
+	if _, err := os.Stat(dir); err != nil {
+		dir = "/proc/self/net/" // before Linux 3.17
+	}
 	want := ap.Addr().Unmap()
-	for _, f := range files {
+	for _, f := range []string{dir + network, dir + network + "6"} {
 		b, err := os.ReadFile(f)
 		if errors.Is(err, fs.ErrNotExist) && strings.HasSuffix(f, "6") {
 			continue // a kernel without IPv6

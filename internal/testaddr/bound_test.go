@@ -3,7 +3,11 @@ package testaddr_test
 import (
 	"net"
 	"net/netip"
+	"os"
+	"runtime"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"softib/internal/testaddr"
 )
@@ -66,5 +70,47 @@ func TestBound(t *testing.T) {
 	}
 	if _, err := testaddr.Bound("sctp", tp); err == nil {
 		t.Fatal("sctp accepted")
+	}
+}
+
+// TestBoundThreadNamespace: Bound reads the calling thread's network
+// namespace, not the thread group leader's (/proc/net), which a test
+// binary's main thread may have left for good: from a thread in a fresh
+// namespace, a listener of the process's own namespace is not seen.
+func TestBoundThreadNamespace(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (unshare CLONE_NEWNET)")
+	}
+	ln, err := net.Listen("tcp4", netip.AddrPortFrom(testaddr.Next(), 0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ap := ln.Addr().(*net.TCPAddr).AddrPort()
+	type result struct {
+		seen bool
+		err  error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		// Never unlocked: the thread, in another namespace, ends with
+		// this goroutine.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			ch <- result{err: err}
+			return
+		}
+		seen, err := testaddr.Bound("tcp", ap)
+		ch <- result{seen, err}
+	}()
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.seen {
+		t.Fatalf("%v seen from another network namespace", ap)
+	}
+	if !bound(t, "tcp", ap) {
+		t.Fatalf("%v not seen from the process's own namespace", ap)
 	}
 }

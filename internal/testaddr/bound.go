@@ -5,10 +5,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/netip"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -37,7 +39,7 @@ func Bound(network string, ap netip.AddrPort) (bool, error) {
 	}
 	want := ap.Addr().Unmap()
 	for _, f := range []string{dir + network, dir + network + "6"} {
-		b, err := os.ReadFile(f)
+		b, err := readProc(f)
 		if errors.Is(err, fs.ErrNotExist) && strings.HasSuffix(f, "6") {
 			continue // a kernel without IPv6
 		}
@@ -79,4 +81,29 @@ func procAddrPort(s string) (netip.AddrPort, error) {
 	}
 	a, _ := netip.AddrFromSlice(b)
 	return netip.AddrPortFrom(a, uint16(port)), nil
+}
+
+// readProc reads a /proc/net table in as few reads as it fits: the kernel
+// resumes a later read at a position in its table, which can skip a
+// socket when others come and go in between.
+func readProc(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b := make([]byte, 0, 256<<10)
+	for {
+		n, err := f.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(b) == cap(b) {
+			b = slices.Grow(b, len(b))
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package rdmacm_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
@@ -441,7 +442,28 @@ func TestInteropLinuxKernel(t *testing.T) {
 		id.Destroy()
 	})
 
-	time.Sleep(time.Second) // let tcpdump write the last frames
+	// Stop tcpdump once it has written every frame so far: it writes in
+	// capture order, packet by packet (-U), so a marker datagram sent
+	// now is in the file after all of them.
+	marker := fmt.Sprintf("softib-capture-end-%d-%d", os.Getpid(), time.Now().UnixNano())
+	deadline := time.Now().Add(30 * time.Second) // a hang guard
+	for {
+		send := v.Command(ctx, "bash", "-c", fmt.Sprintf("echo %s > /dev/udp/%s/9", marker, guest))
+		if out, err := send.CombinedOutput(); err != nil {
+			t.Fatalf("sending the capture's end marker: %v\n%s", err, out)
+		}
+		b, err := os.ReadFile(pcapPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(b, []byte(marker)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tcpdump wrote no end marker in 30 s (%s)", capt.Stderr())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	capt.Stop()
 	tsharktest.CheckNoMalformed(t, pcapPath)
 	rows := tsharktest.Fields(t, pcapPath, []string{"ip.src", "infiniband.mad.attributeid", "infiniband.cm.rej.reason"},

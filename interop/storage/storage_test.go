@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package storage_test proves softib's block storage targets with the
 // Linux initiators in the interop guest, in one boot: the iSER target
 // (storage/iser) with open-iscsi + ib_iser, then the SRP target

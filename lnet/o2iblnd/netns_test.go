@@ -1,3 +1,5 @@
+//go:build linux
+
 package o2iblnd_test
 
 import (

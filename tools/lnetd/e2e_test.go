@@ -1,3 +1,5 @@
+//go:build linux
+
 package lnetd
 
 // Multi-process tests: the softib binary is built once, lnetd runs as

@@ -1,3 +1,5 @@
+//go:build linux
+
 package lnetd
 
 // Soak test (issue #11): PUT/GET storms between lnetd processes over

@@ -1,3 +1,5 @@
+//go:build linux
+
 package perftestcm_test
 
 import (

@@ -210,7 +210,7 @@ func TestBusyPollDeferredAckFallback(t *testing.T) {
 		// y's receive goroutine is parked (parkedSim): a poller can only
 		// defer what it receives itself.
 		open := func(ip string, park bool) *rxe.Device {
-			a := netip.MustParseAddrPort(ip + ":4791")
+			a := netip.AddrPortFrom(netip.MustParseAddr(ip), rxe.RoCEv2Port) // on the simulated network
 			ep := nw.Endpoint(a)
 			var c udp.Conn = ep
 			if park {

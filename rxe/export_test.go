@@ -23,11 +23,11 @@ func QPDebug(qp verbs.QP) map[string]any {
 // nil when its Conn is not a *udp.Socket (or a test Conn wrapping one,
 // with a UDPSocket method).
 func SockStats(cq verbs.CQ) map[string]uint64 {
-	s, ok := cq.(*CQ).dev.conn.(*udp.Socket)
-	if w, wraps := cq.(*CQ).dev.conn.(interface{ UDPSocket() *udp.Socket }); wraps {
-		s, ok = w.UDPSocket(), true
+	conn := cq.(*CQ).dev.conn
+	if w, ok := conn.(interface{ UDPSocket() *udp.Socket }); ok {
+		conn = w.UDPSocket()
 	}
-	if ok {
+	if s, ok := conn.(*udp.Socket); ok {
 		m := stats.Snapshot(&s.Stats)
 		for _, sh := range cq.(*CQ).dev.shards[1:] { // the other receive shards
 			if o, ok := sh.conn.(*udp.Socket); ok {

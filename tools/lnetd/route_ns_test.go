@@ -188,12 +188,7 @@ func waitRoutesSince(t *testing.T, t0 time.Time, state string, ws ...rtWatch) []
 			if took[i] > 0 {
 				continue
 			}
-			st := routeStates(w.n, w.net)
-			in := true
-			for _, g := range w.gws {
-				in = in && st[g.nid()] == state
-			}
-			if in {
+			if routesIn(w.n, w.net, state, w.gws) {
 				took[i] = time.Since(t0)
 			} else {
 				all = false
@@ -208,14 +203,19 @@ func waitRoutesSince(t *testing.T, t0 time.Time, state string, ws ...rtWatch) []
 func waitRoutes(t *testing.T, n *procNode, net, state string, gws ...rtNI) {
 	t.Helper()
 	waitUntil(t, fmt.Sprintf("%s: routes to %s %s", n.name, net, state), func() bool {
-		st := routeStates(n, net)
-		for _, g := range gws {
-			if st[g.nid()] != state {
-				return false
-			}
-		}
-		return true
+		return routesIn(n, net, state, gws)
 	})
+}
+
+// routesIn reports whether n's routes to net through gws are all in state.
+func routesIn(n *procNode, net, state string, gws []rtNI) bool {
+	st := routeStates(n, net)
+	for _, g := range gws {
+		if st[g.nid()] != state {
+			return false
+		}
+	}
+	return true
 }
 
 // lstQuick runs `softib lst quick` with n's lnetd as console.

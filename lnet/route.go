@@ -368,13 +368,29 @@ func (in *Instance) firstNIOnLocked(net lnetwire.Net) *netIface {
 	return nil
 }
 
+// rnetHashBits is ln_remote_nets_hbits for the default rnet_htable_size
+// (128): order_base_2(128) - 1.
+const rnetHashBits = 6
+
+// rnetHash is lnet_net2rnethash's bucket index: LNetDist's order of a
+// remote net counts only the nets of its own bucket.
+func rnetHash(n lnetwire.Net) int {
+	return (int(n.Num()) + int(n.Type())) & (1<<rnetHashBits - 1)
+}
+
 // distRouteLocked is the routed part of LNetDist: hops + 1 of the
 // shortest route to net, the source NID (first NI on that route's
-// gateway net) and the order (after the local NIs, by remote net).
+// gateway net) and the order: after the local NIs, the net's place in
+// its hash bucket of remote nets (Lustre walks that bucket's list,
+// nets in the order first added), so remote nets in different buckets
+// share an order.
 func (in *Instance) distRouteLocked(net lnetwire.Net, order int) (int, lnetwire.NID, int, bool) {
+	h := rnetHash(net)
 	for _, n := range in.routes.order {
 		if n != net {
-			order++
+			if rnetHash(n) == h {
+				order++
+			}
 			continue
 		}
 		var shortest *route

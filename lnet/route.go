@@ -410,13 +410,18 @@ func (in *Instance) distRouteLocked(net lnetwire.Net, order int) (int, lnetwire.
 
 // asymRouteLocked reports whether a message from src that arrived
 // through the peer from (a router) came over a route we would not use to
-// reach src's net (lnet_parse's drop_asym_route check).
+// reach src's net (lnet_parse's drop_asym_route check). As in Lustre,
+// where routes hang off the gateway's peer (lp_routes), a route through
+// any NID of from's peer counts: a Multi-Rail router may forward from
+// another of its NIDs than the one a route names.
 func (in *Instance) asymRouteLocked(src, from lnetwire.NID) bool {
-	gw := in.routes.gateways[from]
-	if gw == nil {
-		return true
-	}
 	// The net's few routes, not the gateway's (thousands on a big table).
 	rn := in.routes.nets[src.Net()]
-	return rn == nil || !slices.ContainsFunc(rn.routes, func(r *route) bool { return r.gw == gw })
+	if rn == nil {
+		return true
+	}
+	lp := in.lpeerLocked(from)
+	return !slices.ContainsFunc(rn.routes, func(r *route) bool {
+		return r.gw.nid == from || (lp != nil && in.lpeerLocked(r.gw.nid) == lp)
+	})
 }

@@ -2,6 +2,7 @@ package lnet_test
 
 import (
 	"testing"
+	"time"
 
 	"softib/lnet"
 	"softib/lnet/lnd"
@@ -39,5 +40,93 @@ func TestDistRouteOrder(t *testing.T) {
 	}
 	if o := order("10.9.0.1@tcp65"); o != 4 {
 		t.Fatalf("order of tcp65 after tcp1's route went: %d, want 4", o)
+	}
+}
+
+// mrRouter is A - R - B where R has two NIs on B's net tcp1.
+type mrRouter struct {
+	a, r, b  *lnet.Instance
+	eqA, eqB *lnet.EQ
+}
+
+var rtR1b = lnetwire.MustParseNID("10.0.1.4@tcp1") // R's second NI on tcp1
+
+func newMRRouter(t *testing.T, gb lnet.Globals) *mrRouter {
+	t.Helper()
+	n := lndtest.New(lnetwire.SOCKLND)
+	l := []lnd.LND{n.LND()}
+	g := noChecker()
+	x := &mrRouter{
+		a: rtNode(t, l, lnet.RouterConfig{}, g, lnd.Tunables{}, rtA),
+		r: rtNode(t, l, lnet.RouterConfig{Enabled: true}, g, lnd.Tunables{}, rtR0, rtR1, rtR1b),
+		b: rtNode(t, l, lnet.RouterConfig{}, gb, lnd.Tunables{}, rtB),
+	}
+	addRoute(t, x.a, tcp1, rtR0, 1, 0)
+	addRoute(t, x.b, tcp, rtR1, 1, 0)
+	x.eqA, _ = x.a.EQAlloc(64, nil)
+	x.eqB, _ = x.b.EQAlloc(64, nil)
+	me, _ := x.b.MEAttach(5, lnetwire.ProcessIDAny, 0, ^uint64(0), lnet.Retain, lnet.InsAfter)
+	x.b.MDAttach(me, lnet.MD{Start: make([]byte, 8), Threshold: lnet.ThreshInf, Options: lnet.MDOpPut, EQ: x.eqB}, lnet.Retain)
+	return x
+}
+
+// puts sends n PUTs from A to B, one at a time, and counts the NIDs
+// they arrived from (the event's sender: R's NI that forwarded it). A
+// PUT dropped by B fails the test.
+func (x *mrRouter) puts(t *testing.T, n int) map[lnetwire.NID]int {
+	t.Helper()
+	senders := map[lnetwire.NID]int{}
+	for i := range n {
+		h, _ := x.a.MDBind(lnet.MD{Start: []byte("x"), Threshold: 1, EQ: x.eqA}, lnet.AutoUnlink)
+		if err := x.a.Put(lnetwire.NIDAny, h, lnet.AckReqNo, lnetwire.ProcessID{NID: rtB, PID: x.b.PID()}, 5, 0, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		if ev := poll(t, x.a, x.eqA); ev.Status != nil {
+			t.Fatalf("PUT %d: %s", i, evStr(ev))
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			ev, _, err := x.b.EQPoll([]*lnet.EQ{x.eqB}, 10*time.Millisecond)
+			if err == nil {
+				senders[ev.Sender]++
+				break
+			}
+			if st := x.b.Stats(); st.DropCount != 0 {
+				t.Fatalf("B dropped PUT %d (received so far from %v)", i, senders)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("PUT %d never arrived (router %+v)", i, x.r.Stats())
+			}
+		}
+	}
+	return senders
+}
+
+// TestRouterForwardRoundRobin: a router with two NIs on the next hop's
+// net takes them in turn for the messages it forwards, as Lustre's
+// lnet_handle_send bumps the chosen NI's sequence for every send,
+// forwarded ones included (lnet_get_best_ni then prefers the other).
+func TestRouterForwardRoundRobin(t *testing.T) {
+	x := newMRRouter(t, noChecker())
+	if s := x.puts(t, 6); s[rtR1] != 3 || s[rtR1b] != 3 {
+		t.Fatalf("PUTs arrived from %v: want 3 from each of R's tcp1 NIDs", s)
+	}
+}
+
+// TestDropAsymRouteMRGateway: with drop_asym_route, a message forwarded
+// by a Multi-Rail router from another of its NIDs than the one the route
+// names is not asymmetric: Lustre's lnet_parse looks the sender's NID up
+// as a peer NI and checks the routes of its peer (lp_routes), so any NID
+// of the gateway peer counts. B routes tcp through R's first tcp1 NI and
+// knows both as one peer; R forwards from each in turn.
+func TestDropAsymRouteMRGateway(t *testing.T) {
+	g := noChecker()
+	g.DropAsymRoute = true
+	x := newMRRouter(t, g)
+	if err := x.b.AddPeer(lnet.PeerConfig{Primary: rtR1, NIDs: []lnetwire.NID{rtR1b}}); err != nil {
+		t.Fatal(err)
+	}
+	if s := x.puts(t, 6); s[rtR1b] == 0 || s[rtR1] == 0 {
+		t.Fatalf("PUTs arrived from %v: want some from each of R's tcp1 NIDs", s)
 	}
 }

@@ -456,6 +456,9 @@ func (in *Instance) forwardLocked(m *message) (sendResult, error) {
 	m.ni = ni
 	m.peer = in.peerLocked(nextHop, ni)
 	m.peer.refs++
+	// lnet_handle_send's round robin counts forwarded sends too, so a
+	// router spreads them over its NIs on the next hop's net.
+	in.bumpSeqLocked(m.peer, ni)
 	pid := m.Hdr.DestPID
 	if nextHop != dst {
 		pid = lnetwire.PIDLustre // msg_target_is_router

@@ -130,3 +130,26 @@ func TestDropAsymRouteMRGateway(t *testing.T) {
 		t.Fatalf("PUTs arrived from %v: want some from each of R's tcp1 NIDs", s)
 	}
 }
+
+// TestRouterPoolGrowResetsMin: growing a router buffer pool restarts its
+// low-water mark at the new credit count (lnet_rtrpool_adjust_bufs sets
+// rbp_mincredits = rbp_credits when it adds buffers), so `lnetctl
+// routing show` reports mincredits of the new pool, not of the old one.
+func TestRouterPoolGrowResetsMin(t *testing.T) {
+	tr := newRoutedTrioG(t, lnet.RouterConfig{LargeBuffers: 2}, lnd.Tunables{}, noChecker())
+	testPutGet(t, tr.a, tr.b, tr.eqA, tr.eqB, lnetwire.ProcessID{NID: rtB, PID: tr.b.PID()}, 1<<20, 1)
+	large := func() lnet.PoolInfo { return tr.r.RouterPools()[2] }
+	if p := large(); p.NBuffers != 2 || p.Credits != 2 || p.MinCredits != 1 {
+		t.Fatalf("large pool after a routed 1 MiB PUT and GET: %+v, want 2 buffers, 2 credits, min 1", p)
+	}
+	tr.r.SetRouter(lnet.RouterConfig{Enabled: true, LargeBuffers: 8})
+	if p := large(); p.NBuffers != 8 || p.Credits != 8 || p.MinCredits != 8 {
+		t.Fatalf("large pool grown to 8: %+v, want min 8", p)
+	}
+	// Shrinking lowers the credits at once here (softib allocates
+	// buffers lazily), and the mark with them.
+	tr.r.SetRouter(lnet.RouterConfig{Enabled: true, LargeBuffers: 3})
+	if p := large(); p.NBuffers != 3 || p.Credits != 3 || p.MinCredits != 3 {
+		t.Fatalf("large pool shrunk to 3: %+v", p)
+	}
+}

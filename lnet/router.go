@@ -149,7 +149,13 @@ func (in *Instance) SetRouter(rc RouterConfig) {
 		delta := n[i] - p.nbuffers
 		p.nbuffers = n[i]
 		p.credits += delta
-		p.minCredits = min(p.minCredits, p.credits)
+		if delta > 0 {
+			// lnet_rtrpool_adjust_bufs restarts the low-water mark
+			// of a pool it adds buffers to.
+			p.minCredits = p.credits
+		} else {
+			p.minCredits = min(p.minCredits, p.credits)
+		}
 		for ; delta > 0 && p.msgs.n > 0; delta-- {
 			m := p.msgs.pop()
 			in.grantBufferLocked(m, p)

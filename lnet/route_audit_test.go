@@ -1,6 +1,7 @@
 package lnet_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -151,5 +152,39 @@ func TestRouterPoolGrowResetsMin(t *testing.T) {
 	tr.r.SetRouter(lnet.RouterConfig{Enabled: true, LargeBuffers: 3})
 	if p := large(); p.NBuffers != 3 || p.Credits != 3 || p.MinCredits != 3 {
 		t.Fatalf("large pool shrunk to 3: %+v", p)
+	}
+}
+
+// TestRouterNIStatusPerNet: a router judges silence per net, as Lustre's
+// lnet_update_ni_status_locked does with net_last_alive: an NI nobody
+// pings stays up while another NI of its net is pinged, and all of a
+// net's NIs go down when none of them was. R has two NIs on tcp1, of
+// which B's router checker pings one, and one on tcp2 that nobody pings.
+func TestRouterNIStatusPerNet(t *testing.T) {
+	rtR2 := lnetwire.MustParseNID("10.0.3.2@tcp2")
+	n := lndtest.New(lnetwire.SOCKLND)
+	l := []lnd.LND{n.LND()}
+	g := fastChecker()
+	g.RouterPingTimeout = 300 * time.Millisecond
+	a := rtNode(t, l, lnet.RouterConfig{}, g, lnd.Tunables{}, rtA)
+	rtNode(t, l, lnet.RouterConfig{Enabled: true}, g, lnd.Tunables{}, rtR0, rtR1, rtR1b, rtR2)
+	b := rtNode(t, l, lnet.RouterConfig{}, g, lnd.Tunables{}, rtB)
+	addRoute(t, a, tcp1, rtR0, 1, 0)
+	addRoute(t, b, tcp, rtR1, 1, 0)
+	status := map[lnetwire.NID]uint32{}
+	waitFor(t, "R to report tcp2 down", func() bool {
+		res, err := a.Ping(context.Background(), lnetwire.ProcessID{NID: rtR0}, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range res.NIDs {
+			status[e.NID] = e.Status
+		}
+		return status[rtR2] == lnetwire.PingStatusDown
+	})
+	for _, nid := range []lnetwire.NID{rtR0, rtR1, rtR1b} {
+		if status[nid] != lnetwire.PingStatusUp {
+			t.Errorf("R reports %v status %#x, want up (its net is pinged)", nid, status[nid])
+		}
 	}
 }

@@ -599,12 +599,13 @@ func (in *Instance) startNIStatusLocked() {
 	in.router.statusTimer.Reset(niStatusPeriod)
 }
 
-// updateNIStatus is lnet_update_ni_status_locked: a router reports an NI
-// down in its ping replies when no other node pinged it for
-// RouterPingTimeout + LiveRouterCheckInterval (its peers' router checkers
-// ping every live interval), so that their routes through it to that net
-// go down (avoid_asym_router_failure). The first ping that arrives marks
-// it up again (pingedLocked).
+// updateNIStatus is lnet_update_ni_status_locked: a router reports the
+// NIs of a net down in its ping replies when no other node pinged any NI
+// of that net for RouterPingTimeout + LiveRouterCheckInterval (its peers'
+// router checkers ping every live interval; Lustre keeps the time per
+// net, net_last_alive), so that their routes through it to that net go
+// down (avoid_asym_router_failure). A ping arriving on an NI marks that
+// NI up again (pingedLocked).
 func (in *Instance) updateNIStatus() {
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -616,7 +617,7 @@ func (in *Instance) updateNIStatus() {
 		limit := int64(time.Since(in.start)) - int64(g.RouterPingTimeout+g.LiveRouterCheckInterval)
 		changed := false
 		for _, ni := range in.nis {
-			if ni.lo || ni.statusDown || ni.lastPinged >= limit {
+			if ni.lo || ni.statusDown || ni.lastPinged >= limit || in.netPingedSinceLocked(ni.net(), limit) {
 				continue
 			}
 			ni.statusDown = true
@@ -628,6 +629,17 @@ func (in *Instance) updateNIStatus() {
 		}
 	}
 	in.router.statusTimer.Reset(niStatusPeriod)
+}
+
+// netPingedSinceLocked reports whether an NI on net was pinged after t
+// (the net's net_last_alive is later than t).
+func (in *Instance) netPingedSinceLocked(net lnetwire.Net, t int64) bool {
+	for _, ni := range in.nis {
+		if ni.net() == net && ni.lastPinged >= t {
+			return true
+		}
+	}
+	return false
 }
 
 // pingedLocked records a ping (a GET on the reserved portal from another

@@ -682,15 +682,18 @@ func TestRouterChain(t *testing.T) {
 	addRoute(t, ir2, tcp, r11, 1, 0)
 	addRoute(t, ib, tcp1, r22, 1, 0)
 	addRoute(t, ib, tcp, r22, 2, 0)
-	// Let the checkers see every gateway's ping reply.
-	time.Sleep(500 * time.Millisecond)
-	for _, in := range []*lnet.Instance{ia, ir1, ir2, ib} {
-		for _, r := range in.Routes() {
-			if !r.Alive {
-				t.Fatalf("route %+v down", r)
+	// Every checker has a ping reply from each of its gateways (the
+	// route types come from them), and every route is up.
+	waitFor(t, "every gateway pinged, every route up", func() bool {
+		for _, in := range []*lnet.Instance{ia, ir1, ir2, ib} {
+			for _, r := range in.Routes() {
+				if r.LastPing.IsZero() || !r.Alive {
+					return false
+				}
 			}
 		}
-	}
+		return true
+	})
 	for _, r := range ia.Routes() {
 		if r.Net == tcp2 && !r.MultiHop {
 			t.Fatalf("A's route to tcp2 via R1 is not multi-hop: %+v", r)

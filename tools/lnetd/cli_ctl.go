@@ -448,7 +448,14 @@ func (c *ctl) route(ctx context.Context, action string, args []string) int {
 		if h < 0 {
 			h = 0
 		}
-		return c.show(ctx, "route.show", RouteShowArgs{Net: *netName, Gateway: *gw, Hop: h, Verbose: *verbose})
+		a := RouteShowArgs{Net: *netName, Gateway: *gw, Hop: h, Verbose: *verbose}
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "priority" && *prio >= 0 { // lnetctl: -1 shows every priority
+				p := int64(*prio)
+				a.Priority = &p
+			}
+		})
+		return c.show(ctx, "route.show", a)
 	}
 	return c.usageErr("unknown action %q for route (add, del, show)", action)
 }

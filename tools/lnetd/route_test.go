@@ -32,6 +32,12 @@ func TestRoutingCommands(t *testing.T) {
 		rs.Path("route", 0, "type") != "single-hop" {
 		t.Fatalf("route show -v:\n%s", YAML(rs))
 	}
+	// route show --priority filters as lnetctl's (0 is a priority too).
+	for prio, want := range map[string]int{"3": 1, "0": 0} {
+		if rs := ctlDoc(t, a.sock, "route", "show", "--priority", prio); len(rs.Get("route").(List)) != want {
+			t.Errorf("route show --priority %s: want %d routes:\n%s", prio, want, YAML(rs))
+		}
+	}
 	// Nobody answers at the gateway: the router checker's first ping
 	// (sent at once) fails and the route goes down.
 	waitUntil(t, "route down", func() bool {

@@ -308,7 +308,9 @@ type RouteShowArgs struct {
 	Net     string `json:"net,omitempty"`
 	Gateway string `json:"gateway,omitempty"`
 	Hop     int64  `json:"hop,omitempty"`
-	Verbose bool   `json:"verbose,omitempty"`
+	// Priority shows only the routes of this priority (nil: all).
+	Priority *int64 `json:"priority,omitempty"`
+	Verbose  bool   `json:"verbose,omitempty"`
 }
 
 // routesDoc renders lnetctl route show [-v] (lustre_lnet_show_route):
@@ -328,6 +330,9 @@ func (d *Daemon) routesDoc(a RouteShowArgs) Map {
 			}
 		}
 		if a.Hop > 0 && int64(r.Hops) != a.Hop {
+			continue
+		}
+		if a.Priority != nil && int64(r.Priority) != *a.Priority {
 			continue
 		}
 		m := Map{}.add(keyNet, r.Net.String()).add("gateway", r.Gateway.String())

@@ -136,12 +136,19 @@ func (in *Instance) AddRoute(rc RouteConfig) error {
 		rt.nets[rc.Net] = rn
 		rt.order = append(rt.order, rc.Net)
 	}
+	now := int64(time.Since(in.start))
 	gw := rt.gateways[rc.Gateway]
 	if gw == nil {
 		// check_routers_before_use=0: a new gateway is assumed alive and
 		// pinged at once to learn its remote nets.
-		gw = &gateway{nid: rc.Gateway, alive: true, nextPing: int64(time.Since(in.start))}
+		gw = &gateway{nid: rc.Gateway, alive: true, nextPing: now}
 		rt.gateways[rc.Gateway] = gw
+	} else {
+		// A known gateway is checked again at once, so that its ping
+		// reply judges the new route (lnet_add_route_to_rnet sets the
+		// gateway's lpn_next_ping to now); a ping in flight judges it
+		// when it returns.
+		gw.nextPing = min(gw.nextPing, now)
 	}
 	r := &route{net: rc.Net, gw: gw, hops: rc.Hops, priority: rc.Priority, alive: true, singleHop: true}
 	// A newcomer starts level with the others so round robin includes it.

@@ -188,3 +188,23 @@ func TestRouterNIStatusPerNet(t *testing.T) {
 		}
 	}
 }
+
+// TestAddRouteRechecksGateway: a route added through a gateway already in
+// use is judged by a router check at once (lnet_add_route_to_rnet sets
+// the gateway's next ping to now), not at the next live interval: a
+// single-hop route to a net the gateway does not have goes down.
+func TestAddRouteRechecksGateway(t *testing.T) {
+	g := fastChecker()
+	g.LiveRouterCheckInterval = time.Hour // no periodic ping during the test
+	tr := newRoutedTrioG(t, lnet.RouterConfig{}, lnd.Tunables{}, g)
+	waitFor(t, "first ping of R", func() bool { rs := tr.a.Routes(); return len(rs) == 1 && !rs[0].LastPing.IsZero() })
+	addRoute(t, tr.a, mustNet("tcp7"), rtR0, 1, 0)
+	waitFor(t, "route to tcp7 down", func() bool {
+		for _, r := range tr.a.Routes() {
+			if r.Net == mustNet("tcp7") {
+				return !r.Alive && r.GatewayAlive
+			}
+		}
+		return false
+	})
+}

@@ -43,7 +43,8 @@ type RouteInfo struct {
 	// Alive is the route's state: the gateway is alive and, for a
 	// single-hop route, advertised an NI up on Net (avoid_asym_router_failure).
 	Alive bool
-	// MultiHop says the gateway's last ping reply had no NI on Net.
+	// MultiHop says no ping reply of the gateway has listed an NI on Net
+	// yet, or its last one listed none (route show -v "type").
 	MultiHop bool
 	// GatewayAlive is the gateway's own state (lp_alive).
 	GatewayAlive bool
@@ -66,7 +67,7 @@ type route struct {
 	priority  uint32
 	seq       uint64 // round-robin stamp (lr_seq)
 	alive     bool   // lr_alive: from the gateway's ping reply
-	singleHop bool   // the gateway has an NI on net (lr_single_hop)
+	singleHop bool   // the gateway's last ping reply listed an NI on net (lr_single_hop)
 	gwIdx     int    // index in gw.routes, for removal in O(1)
 }
 
@@ -150,7 +151,10 @@ func (in *Instance) AddRoute(rc RouteConfig) error {
 		// when it returns.
 		gw.nextPing = min(gw.nextPing, now)
 	}
-	r := &route{net: rc.Net, gw: gw, hops: rc.Hops, priority: rc.Priority, alive: true, singleHop: true}
+	// singleHop stays false until a ping reply shows the gateway has an
+	// NI on net: Lustre's lr_single_hop starts zeroed, and route show -v
+	// says "multi-hop" until then.
+	r := &route{net: rc.Net, gw: gw, hops: rc.Hops, priority: rc.Priority, alive: true}
 	// A newcomer starts level with the others so round robin includes it.
 	for _, o := range rn.routes {
 		r.seq = max(r.seq, o.seq)

@@ -208,3 +208,29 @@ func TestAddRouteRechecksGateway(t *testing.T) {
 		return false
 	})
 }
+
+// TestRouteTypeBeforePing: a new route is "multi-hop" in route show -v
+// until a ping reply of its gateway lists an NI on the route's net, as
+// Lustre's lr_single_hop, which starts zeroed; a gateway that never
+// answers leaves it so. The reply of a gateway with an NI on the net
+// makes it single-hop.
+func TestRouteTypeBeforePing(t *testing.T) {
+	tr := newRoutedTrioG(t, lnet.RouterConfig{}, lnd.Tunables{}, noChecker())
+	addRoute(t, tr.a, tcp1, rtR2, 1, 0) // nobody has this NID
+	for _, r := range tr.a.Routes() {
+		if !r.MultiHop {
+			t.Fatalf("route %v via %v before any ping reply: single-hop", r.Net, r.Gateway)
+		}
+	}
+	g := fastChecker()
+	g.LiveRouterCheckInterval = time.Hour
+	tr.a.SetGlobals(g)
+	waitFor(t, "R's ping reply", func() bool {
+		for _, r := range tr.a.Routes() {
+			if r.Gateway == rtR0 && !r.LastPing.IsZero() {
+				return !r.MultiHop
+			}
+		}
+		return false
+	})
+}

@@ -56,6 +56,7 @@ func TestRoutingCommands(t *testing.T) {
 		{[]string{"route", "add", "--net", "tcp", "--gateway", "1.2.3.4@o2ib"}, "errno: -17"},      // local net
 		{[]string{"route", "add", "--net", "tcp8", "--gateway", "1.2.3.4@o2ib"}, "errno: -113"},    // gateway not local
 		{[]string{"route", "add", "--net", "tcp8", "--gateway", gw, "--hop", "300"}, "errno: -22"}, // hops
+		{[]string{"route", "add", "--net", "tcp8", "--gateway", gw, "--hop", "0"}, "errno: -22"},   // hops
 		{[]string{"route", "del", "--net", "tcp8", "--gateway", gw}, "errno: -2"},                  // no such route
 	} {
 		if code, _, errs := ctlRun(t, a.sock, c.args...); code != 1 || !strings.Contains(errs, c.errno) {

@@ -291,6 +291,11 @@ func (d *Daemon) opNetAdd(a NetArgs) *OpError {
 
 func (d *Daemon) opRoute(add bool, r RouteConfig) *OpError {
 	if add {
+		if r.Hop == 0 {
+			// lnetctl sends --hop 0 to the kernel, which refuses it
+			// (no --hop is -1, the undefined count).
+			return opErr("add", "route", errnoInval, "cannot add route to %s via %s: invalid hop count 0, must be between 1 and 255", r.Net, r.Gateway)
+		}
 		if err := d.addRoute(r); err != nil {
 			return coreErr("add", "route", "cannot add route to "+r.Net+" via "+r.Gateway, err)
 		}

@@ -441,6 +441,17 @@ func (c *ctl) route(ctx context.Context, action string, args []string) int {
 		if *netName == "" || *gw == "" {
 			return c.usageErr("route %s needs --net and --gateway", action)
 		}
+		// lnetctl's route add takes no -v, its route del neither --hop
+		// nor --priority: refused rather than ignored.
+		var bad string
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "v" || f.Name == "verbose" || (action == "del" && (f.Name == "hop" || f.Name == "priority")) {
+				bad = f.Name
+			}
+		})
+		if bad != "" {
+			return c.usageErr("route %s takes no --%s", action, bad)
+		}
 		return c.simple(ctx, "route."+action, RouteConfig{Net: *netName, Gateway: *gw, Hop: int64(*hop),
 			Priority: int64(*prio), HealthSensitivity: 1})
 	case "show", "":

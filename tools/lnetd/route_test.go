@@ -67,6 +67,13 @@ func TestRoutingCommands(t *testing.T) {
 	if !strings.Contains(exp, "gateway: "+gw) || !strings.Contains(exp, "large: 10") || !strings.Contains(exp, "enable: 1") {
 		t.Errorf("export lacks the route or router settings:\n%s", exp)
 	}
+	// Options lnetctl's route del and add do not have are refused.
+	for _, args := range [][]string{{"del", "--hop", "1"}, {"del", "--priority", "3"}, {"add", "-v"}} {
+		argv := append([]string{"route", args[0], "--net", "tcp9", "--gateway", gw}, args[1:]...)
+		if code, _, _ := ctlRun(t, a.sock, argv...); code == 0 {
+			t.Errorf("lnetctl %v: exit 0, want a usage error", argv)
+		}
+	}
 	ctlOK(t, a.sock, "route", "del", "--net", "tcp9", "--gateway", gw)
 	if rs := ctlDoc(t, a.sock, "route", "show"); len(rs.Get("route").(List)) != 0 {
 		t.Errorf("route left after del:\n%s", YAML(rs))

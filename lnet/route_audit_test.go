@@ -234,3 +234,62 @@ func TestRouteTypeBeforePing(t *testing.T) {
 		return false
 	})
 }
+
+// TestRoutedResponseKeepsDest: an ACK to a routed PUT goes to the NID the
+// PUT came from, back through the gateway it came through, even when the
+// initiator is a Multi-Rail peer with NIDs on other routed nets: Lustre
+// sends a response with the receiving NI as its source and the request's
+// previous hop as the router (lnet_send(ni_nid, msg, msg_from)), so
+// lnet_handle_find_routed_path keeps the destination NID and picks no
+// other peer net.
+func TestRoutedResponseKeepsDest(t *testing.T) {
+	rtR2x := lnetwire.MustParseNID("10.0.3.2@tcp2")
+	rtB2 := lnetwire.MustParseNID("10.0.3.9@tcp2")
+	tcp2 := mustNet("tcp2")
+	n := lndtest.New(lnetwire.SOCKLND)
+	l := []lnd.LND{n.LND()}
+	g := noChecker()
+	a := rtNode(t, l, lnet.RouterConfig{}, g, lnd.Tunables{}, rtA)
+	rtNode(t, l, lnet.RouterConfig{Enabled: true}, g, lnd.Tunables{}, rtR0, rtR1, rtR2x)
+	b := rtNode(t, l, lnet.RouterConfig{}, g, lnd.Tunables{}, rtB, rtB2)
+	addRoute(t, a, tcp1, rtR0, 1, 0)
+	addRoute(t, a, tcp2, rtR0, 1, 0)
+	addRoute(t, b, tcp, rtR1, 1, 0)
+	addRoute(t, b, tcp, rtR2x, 1, 0)
+	if err := a.AddPeer(lnet.PeerConfig{Primary: rtB, NIDs: []lnetwire.NID{rtB2}}); err != nil {
+		t.Fatal(err)
+	}
+	eqA, _ := a.EQAlloc(64, nil)
+	eqB, _ := b.EQAlloc(64, nil)
+	me, _ := a.MEAttach(5, lnetwire.ProcessIDAny, 0, ^uint64(0), lnet.Retain, lnet.InsAfter)
+	a.MDAttach(me, lnet.MD{Start: make([]byte, 8), Threshold: lnet.ThreshInf, Options: lnet.MDOpPut, EQ: eqA}, lnet.Retain)
+	for i := range 4 {
+		h, _ := b.MDBind(lnet.MD{Start: []byte("x"), Threshold: 2, EQ: eqB}, lnet.AutoUnlink)
+		src := rtB // twice from each NID of B, in an order round robin would not follow
+		if i == 1 || i == 2 {
+			src = rtB2
+		}
+		if err := b.Put(src, h, lnet.AckReqYes, lnetwire.ProcessID{NID: rtA, PID: a.PID()}, 5, 0, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		var ack lnet.Event
+		for ack.Type != lnet.EventAck {
+			ack = poll(t, b, eqB)
+			if ack.Status != nil {
+				t.Fatalf("PUT %d from %v: %s", i, src, evStr(ack))
+			}
+		}
+		ev := poll(t, a, eqA)
+		if ev.Source != src {
+			t.Fatalf("PUT %d: A saw source %v, want %v", i, ev.Source, src)
+		}
+		// The ACK came to src's net: through R's NI on that net.
+		want := rtR1
+		if src.Net() == tcp2 {
+			want = rtR2x
+		}
+		if ack.Sender != want {
+			t.Fatalf("ACK of PUT %d from %v came through %v, want %v (to the NID the PUT came from)", i, src, ack.Sender, want)
+		}
+	}
+}

@@ -420,6 +420,17 @@ func (in *Instance) selectAnyLocked(m *message, dst lnetwire.NID) (*netIface, *p
 		in.bumpFinalSeqLocked(lpni)
 		return gni, nil, gw, nil
 	}
+	if isResponse(m) && in.bestNILocked(dst.Net()) == nil {
+		// A routed response to a Multi-Rail peer: to the NID given,
+		// through the gateway the request came from (Lustre sends it
+		// with the receiving NI as source and msg_from as router, so
+		// lnet_handle_find_routed_path picks no other peer net or NI).
+		gw, gni, err := in.routeLocked(m, dst.Net(), 0)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		return gni, nil, gw, nil
+	}
 	// Multi-Rail peer: a local net first.
 	if pn := in.bestLocalPeerNetLocked(lp); pn != nil {
 		ni := in.bestNILocked(pn.net)

@@ -32,6 +32,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	tcpFloorMain() // a re-executed tcp floor role (tcpfloor_test.go) exits here
 	d, err := os.MkdirTemp("", "lnetd-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -525,6 +525,18 @@ func TestE2ERoutePerf(t *testing.T) {
 	waitRoutes(t, b, "tcp", "up", rB)
 	t.Logf("pids: A %d, R %d, B %d, C %d", a.cmd.Process.Pid, r.cmd.Process.Pid, b.cmd.Process.Pid, c.cmd.Process.Pid)
 	rounds, seconds := envInt("SOFTIB_ROUTE_PERF_ROUNDS", 1), envInt("SOFTIB_ROUTE_PERF_SECONDS", 2)
+	// The bare TCP floor (tcpfloor_test.go) on the same links.
+	sinkC := startFloor(t, nsC, "sink", ipC[0])
+	relayR := startFloor(t, nsR, "relay", ipR[0], startFloor(t, nsB, "sink", ipB[0]))
+	var floor [2][]floorSample // [relayed]
+	runFloors := func() {
+		for i, to := range []string{sinkC, relayR} {
+			f := runFloor(t, nsA, to, time.Duration(seconds)*time.Second)
+			floor[i] = append(floor[i], f)
+			t.Logf("bare TCP stream %s: %.0f MiB/s, host CPU %.2f ms/MiB (load %s)",
+				[]string{"direct A→C", "A→R→B through a splicing relay"}[i], f.mib, f.host, loadAvg())
+		}
+	}
 
 	// sample is one run: MiB/s and CPU ms per MiB moved of each lnetd
 	// (direct: A, C; routed: A, R, B) and of the host.
@@ -564,6 +576,7 @@ func TestE2ERoutePerf(t *testing.T) {
 			run(false, read)
 			run(true, read)
 		}
+		runFloors()
 	}
 	rx, tx, fb := spliced(r)
 	t.Logf("R spliced %d payloads in and %d out, %d fallbacks to copying", rx, tx, fb)
@@ -593,6 +606,25 @@ func TestE2ERoutePerf(t *testing.T) {
 			rounds, map[bool]string{false: "write", true: "read"}[read], mibD, mibR, mibR/mibD,
 			cpuSplit(names[0], medCPU(d)), med(d, func(s sample) float64 { return s.cpuHost }),
 			cpuSplit(names[1], medCPU(rt)), med(rt, func(s sample) float64 { return s.cpuHost }), loadAvg())
+	}
+	medF := func(ss []floorSample, f func(floorSample) float64) float64 {
+		v := make([]sample, len(ss))
+		for i, s := range ss {
+			v[i] = sample{mib: f(s)}
+		}
+		return med(v, func(s sample) float64 { return s.mib })
+	}
+	fd, fr := floor[0], floor[1]
+	mibFD, mibFR := medF(fd, func(s floorSample) float64 { return s.mib }), medF(fr, func(s floorSample) float64 { return s.mib })
+	hostFD, hostFR := medF(fd, func(s floorSample) float64 { return s.host }), medF(fr, func(s floorSample) float64 { return s.host })
+	hop := hostFR - hostFD
+	t.Logf("median of %d, bare TCP (no LNet, 2 streams of 1 MiB writes): direct %.0f MiB/s (host %.2f ms/MiB), through a splicing relay %.0f MiB/s (host %.2f): %.2f×; "+
+		"the second hop alone costs the machine %.2f ms/MiB", rounds, mibFD, hostFD, mibFR, hostFR, mibFR/mibFD, hop)
+	for _, read := range []bool{false, true} {
+		d, rt := samples[0][b2i(read)], samples[1][b2i(read)]
+		hostD, hostR := med(d, func(s sample) float64 { return s.cpuHost }), med(rt, func(s sample) float64 { return s.cpuHost })
+		t.Logf("lst brw %s: the softib router adds %.2f host ms/MiB (bare hop %.2f); with the bare hop's cost only, CPU-bound: %.2f×",
+			map[bool]string{false: "write", true: "read"}[read], hostR-hostD, hop, hostD/(hostD+hop))
 	}
 }
 
@@ -671,19 +703,11 @@ const clkTck = 100
 // and iowait).
 func hostCPU(t *testing.T) float64 {
 	t.Helper()
-	b, err := os.ReadFile("/proc/stat")
+	busy, err := procStatBusy()
 	if err != nil {
 		t.Fatal(err)
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	var busy float64
-	for i, f := range strings.Fields(line)[1:] {
-		v, _ := strconv.ParseFloat(f, 64)
-		if i != 3 && i != 4 && i < 8 { // idle, iowait; guest time is in user
-			busy += v
-		}
-	}
-	return busy / clkTck
+	return busy
 }
 
 // loadAvg is /proc/loadavg's three load averages.

@@ -618,6 +618,9 @@ func TestE2ERoutePerf(t *testing.T) {
 	mibFD, mibFR := medF(fd, func(s floorSample) float64 { return s.mib }), medF(fr, func(s floorSample) float64 { return s.mib })
 	hostFD, hostFR := medF(fd, func(s floorSample) float64 { return s.host }), medF(fr, func(s floorSample) float64 { return s.host })
 	hop := hostFR - hostFD
+	if raceEnabled {
+		t.Log("the bare TCP figures below come from this race-instrumented test binary: compare them only in a run without -race")
+	}
 	t.Logf("median of %d, bare TCP (no LNet, 2 streams of 1 MiB writes): direct %.0f MiB/s (host %.2f ms/MiB), through a splicing relay %.0f MiB/s (host %.2f): %.2f×; "+
 		"the second hop alone costs the machine %.2f ms/MiB", rounds, mibFD, hostFD, mibFR, hostFR, mibFR/mibFD, hop)
 	for _, read := range []bool{false, true} {

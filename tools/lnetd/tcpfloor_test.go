@@ -164,8 +164,7 @@ func floorSource(to string, d time.Duration, streams int) error {
 // listening on addr, and returns its address once it listens.
 func startFloor(t *testing.T, ns, role, addr string, to ...string) string {
 	t.Helper()
-	cmd := exec.Command("ip", "netns", "exec", ns, os.Args[0])
-	cmd.Env = append(os.Environ(), tcpFloorEnv+"="+strings.Join(append([]string{role, addr}, to...), " "))
+	cmd := floorCmd(t, ns, strings.Join(append([]string{role, addr}, to...), " "))
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -190,14 +189,25 @@ func startFloor(t *testing.T, ns, role, addr string, to ...string) string {
 	return net.JoinHostPort(addr, strconv.Itoa(port))
 }
 
+// floorCmd is this test binary in namespace ns, in role.
+func floorCmd(t *testing.T, ns, role string) *exec.Cmd {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("ip", "netns", "exec", ns, self)
+	cmd.Env = append(os.Environ(), tcpFloorEnv+"="+role)
+	return cmd
+}
+
 // floorSample is one bare stream: MiB/s and the machine's CPU ms per MiB.
 type floorSample struct{ mib, host float64 }
 
 // runFloor streams from namespace ns to to for d with two connections.
 func runFloor(t *testing.T, ns, to string, d time.Duration) floorSample {
 	t.Helper()
-	cmd := exec.Command("ip", "netns", "exec", ns, os.Args[0])
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=source %s %g 2", tcpFloorEnv, to, d.Seconds()))
+	cmd := floorCmd(t, ns, fmt.Sprintf("source %s %g 2", to, d.Seconds()))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"softib/internal/testenv"
 	"softib/tools/lst"
 )
@@ -525,6 +527,22 @@ func TestE2ERoutePerf(t *testing.T) {
 	waitRoutes(t, b, "tcp", "up", rB)
 	t.Logf("pids: A %d, R %d, B %d, C %d", a.cmd.Process.Pid, r.cmd.Process.Pid, b.cmd.Process.Pid, c.cmd.Process.Pid)
 	rounds, seconds := envInt("SOFTIB_ROUTE_PERF_ROUNDS", 1), envInt("SOFTIB_ROUTE_PERF_SECONDS", 2)
+	if cpu := os.Getenv("SOFTIB_ROUTE_PERF_ROUTER_CPU"); cpu != "" {
+		// The router on a core of its own, the end nodes on the others:
+		// what a router with its own CPU forwards of what the end nodes
+		// move direct (the bare floor's processes stay unpinned).
+		others := cpusExcept(t, cpu)
+		for _, p := range []*procNode{r, a, b, c} {
+			set := others
+			if p == r {
+				set = cpu
+			}
+			if out, err := exec.Command("taskset", "-a", "-p", "-c", set, strconv.Itoa(p.cmd.Process.Pid)).CombinedOutput(); err != nil {
+				t.Fatalf("taskset %s %s: %v\n%s", set, p.name, err, out)
+			}
+		}
+		t.Logf("pinned: R on CPU %s, A, B, C on CPUs %s", cpu, others)
+	}
 	// The bare TCP floor (tcpfloor_test.go) on the same links.
 	sinkC := startFloor(t, nsC, "sink", ipC[0])
 	relayR := startFloor(t, nsR, "relay", ipR[0], startFloor(t, nsB, "sink", ipB[0]))
@@ -629,6 +647,29 @@ func TestE2ERoutePerf(t *testing.T) {
 		t.Logf("lst brw %s: the softib router adds %.2f host ms/MiB (bare hop %.2f); with the bare hop's cost only, CPU-bound: %.2f×",
 			map[bool]string{false: "write", true: "read"}[read], hostR-hostD, hop, hostD/(hostD+hop))
 	}
+}
+
+// cpusExcept is the machine's online CPUs but cpu, as a taskset list.
+func cpusExcept(t *testing.T, cpu string) string {
+	t.Helper()
+	n, err := strconv.Atoi(cpu)
+	if err != nil {
+		t.Fatalf("SOFTIB_ROUTE_PERF_ROUTER_CPU=%q: want one CPU number", cpu)
+	}
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		t.Fatal(err)
+	}
+	var others []string
+	for i := range 1024 {
+		if i != n && set.IsSet(i) {
+			others = append(others, strconv.Itoa(i))
+		}
+	}
+	if !set.IsSet(n) || len(others) == 0 {
+		t.Fatalf("SOFTIB_ROUTE_PERF_ROUTER_CPU=%d: not one of this process's CPUs, or no other CPU left", n)
+	}
+	return strings.Join(others, ",")
 }
 
 // cpuSplit formats per-process CPU figures as BENCHMARKS.md's Routing

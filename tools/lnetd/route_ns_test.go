@@ -511,7 +511,10 @@ func TestE2ERouteFailover(t *testing.T) {
 // and of the whole machine (/proc/stat, which counts the kernel's TCP
 // work in softirqs too). SOFTIB_ROUTE_PERF_ROUNDS sets
 // the rounds (default 1; BENCHMARKS.md takes medians of more),
-// SOFTIB_ROUTE_PERF_SECONDS each run's length (default 2).
+// SOFTIB_ROUTE_PERF_SECONDS each run's length (default 2),
+// SOFTIB_ROUTE_PERF_ROUTER_CPU=N puts the router alone on CPU N. Each
+// round also streams bare TCP on the same links, direct and through a
+// splicing relay (tcpfloor_test.go): the second hop's own cost.
 func TestE2ERoutePerf(t *testing.T) {
 	tp := newRtTopo(t)
 	nsA, ipA := tp.node(1, 1)

@@ -89,6 +89,35 @@ func (r *rawLND) lastRecv(t *testing.T) rawRecv {
 	return x
 }
 
+// TestParseMyNIDOtherNet: a message that arrives on one of our nets for
+// our NID on another is refused (EPROTO: "it's my nid but on a different
+// network", lnet_parse), neither delivered nor forwarded.
+func TestParseMyNIDOtherNet(t *testing.T) {
+	raw := &rawLND{}
+	gni, gni1 := lnetwire.MustParseNID("5@gni"), lnetwire.MustParseNID("5@gni1")
+	peer := lnetwire.MustParseNID("6@gni1")
+	in, err := lnet.New(lnet.Config{LNDs: []lnd.LND{raw}, Nets: []lnet.NetConfig{
+		{Net: gni.Net(), Addr: gni.Addr()}, {Net: gni1.Net(), Addr: gni1.Addr()}},
+		Router: lnet.RouterConfig{Enabled: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	if raw.ni.NID != gni1 {
+		t.Fatalf("the raw LND's last NI is %v, want %v", raw.ni.NID, gni1)
+	}
+	mee, _ := in.MEAttach(3, lnetwire.ProcessIDAny, 0x77, 0, lnet.Retain, lnet.InsAfter)
+	in.MDAttach(mee, lnet.MD{Start: make([]byte, 8), Threshold: lnet.ThreshInf, Options: lnet.MDOpPut}, lnet.Retain)
+	h := lnetwire.Header{Type: lnetwire.MsgPUT, DestNID: gni, SrcNID: peer, DestPID: 12345, SrcPID: 12345,
+		PayloadLength: 1, WMD: lnetwire.WireHandleNone, MatchBits: 0x77, Portal: 3}
+	if err := raw.ni.Parse(&h, peer, nil, false); !errors.Is(err, lnd.ErrProto) {
+		t.Fatalf("PUT for %v arriving on %v: Parse = %v, want ErrProto", gni, gni1, err)
+	}
+	if len(raw.recvs) != 0 {
+		t.Fatalf("the refused PUT was received: %+v", raw.recvs)
+	}
+}
+
 func TestParseValidation(t *testing.T) {
 	raw := &rawLND{}
 	me := lnetwire.MustParseNID("5@gni")
@@ -118,6 +147,7 @@ func TestParseValidation(t *testing.T) {
 		{"ACK with payload", lnetwire.Header{Type: lnetwire.MsgACK, DestNID: me, PayloadLength: 1}},
 		{"bad type", lnetwire.Header{Type: 9, DestNID: me}},
 		{"other NID on my net", put(lnetwire.MustParseNID("7@gni"), 3, 1)},
+		{"my loopback NID over the network", put(lnetwire.NIDLo0, 3, 1)},
 	}
 	for _, c := range refused {
 		if err := raw.ni.Parse(&c.h, peer, nil, false); !errors.Is(err, lnd.ErrProto) {

@@ -121,6 +121,12 @@ func (in *Instance) parse(lni *lnd.NI, hdr *lnetwire.Header, from lnetwire.NID, 
 		in.parseForwardLocked(ni, hdr, from, private, rdmaReq)
 		return nil
 	}
+	if !ni.lo && dst.Net() != ni.net() {
+		// Ours, but on another net: the sender should have used our NID
+		// on its own net (lnet_parse refuses it before forwarding).
+		in.mu.Unlock()
+		return fmt.Errorf("%w: message for %v is my NID but on a different network", lnd.ErrProto, dst)
+	}
 	if !ni.lo {
 		p := in.peerLocked(from, ni)
 		in.setPeerAliveLocked(p, true, time.Now())

@@ -118,6 +118,9 @@ func (in *Instance) parse(lni *lnd.NI, hdr *lnetwire.Header, from lnetwire.NID, 
 			return nil
 		}
 		in.setPeerAliveLocked(in.peerLocked(from, ni), true, time.Now())
+		if hdr.SrcNID.Net() != from.Net() {
+			in.forwardedFromLocked(from, hdr.SrcNID.Net()) // a chain: from is a router too
+		}
 		in.parseForwardLocked(ni, hdr, from, private, rdmaReq)
 		return nil
 	}
@@ -131,12 +134,9 @@ func (in *Instance) parse(lni *lnd.NI, hdr *lnetwire.Header, from lnetwire.NID, 
 		p := in.peerLocked(from, ni)
 		in.setPeerAliveLocked(p, true, time.Now())
 		if hdr.SrcNID.Net() != from.Net() {
-			// Forwarded to us by a router: it is alive; and with
-			// drop_asym_route, it must be one we would route src's net
-			// through.
-			if gw := in.routes.gateways[from]; gw != nil && !gw.alive {
-				gw.alive = true
-			}
+			// Forwarded to us by a router: with drop_asym_route, it
+			// must be one we would route src's net through; then it is
+			// alive.
 			if in.globals.DropAsymRoute && in.asymRouteLocked(hdr.SrcNID, from) {
 				in.stats.DropCount++
 				in.stats.DropLength += uint64(rlen)
@@ -147,6 +147,7 @@ func (in *Instance) parse(lni *lnd.NI, hdr *lnetwire.Header, from lnetwire.NID, 
 				in.dropRx(ni, private, rlen)
 				return nil
 			}
+			in.forwardedFromLocked(from, hdr.SrcNID.Net())
 		}
 	}
 

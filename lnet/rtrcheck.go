@@ -152,6 +152,29 @@ func (in *Instance) gatewayPingedLocked(gw *gateway, res PingResult, err error) 
 	}
 }
 
+// forwardedFromLocked applies a received message whose source is on
+// another net than from, the node that sent it to us: from forwarded it,
+// so if from is a gateway of ours it is alive (lnet_parse, for messages
+// to us and to forward alike). When discovery is off here or on the
+// gateway (not Multi-Rail, or no DISCOVERY bit in its last ping reply:
+// lnet_is_discovery_disabled) its routes to the source's net are up again
+// at once; otherwise they wait for its next ping reply.
+func (in *Instance) forwardedFromLocked(from lnetwire.NID, srcNet lnetwire.Net) {
+	gw := in.routes.gateways[from]
+	if gw == nil || gw.alive {
+		return
+	}
+	gw.alive = true
+	in.log.Info("lnet: gateway up (it forwarded a message)", "gateway", from)
+	if in.disc.off || gw.features&lnetwire.PingFeatMultiRail == 0 || gw.features&lnetwire.PingFeatDiscovery == 0 {
+		for _, r := range gw.routes {
+			if r.net == srcNet {
+				r.alive = true
+			}
+		}
+	}
+}
+
 // notifyGatewayLocked applies an LND's news about a peer NI that is a
 // gateway (lnet_notify with reset): dead at once, alive again when a
 // connection is made; a dead gateway is pinged after

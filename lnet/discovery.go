@@ -813,6 +813,19 @@ func (in *Instance) pushReceived(from lnetwire.ProcessID, b []byte, truncated bo
 	}
 	lp = in.mergeLocked(lp, info.Features, seq, nis)
 	lp.state |= PeerDiscovered | PeerNIDsUptodate
+	// A gateway's push says what its ping reply would: its routes are
+	// judged on it at once (lnet_peer_merge_data calls the router
+	// callback for pushes as for replies).
+	fromSeen := false
+	lp.eachNI(func(p *peer) {
+		fromSeen = fromSeen || p.nid == from.NID
+		if gw := in.routes.gateways[p.nid]; gw != nil {
+			in.judgeRoutesLocked(gw, info.Features, nis)
+		}
+	})
+	if gw := in.routes.gateways[from.NID]; gw != nil && !fromSeen {
+		in.judgeRoutesLocked(gw, info.Features, nis)
+	}
 }
 
 // pushAfterChangeLocked schedules pushes of our new ping buffer to the

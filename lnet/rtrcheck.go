@@ -123,9 +123,18 @@ func (in *Instance) gatewayPingedLocked(gw *gateway, res PingResult, err error) 
 	}
 	gw.alive = true
 	gw.lastPing = now
-	gw.features = res.Features
 	gw.nextPing = now + int64(in.globals.LiveRouterCheckInterval)
-	if res.Features&lnetwire.PingFeatRteDisabled != 0 {
+	in.judgeRoutesLocked(gw, res.Features, res.NIDs)
+}
+
+// judgeRoutesLocked sets the state of gw's routes from its ping buffer
+// (a ping reply or a push: lnet_router_discovery_ping_reply): all down
+// when it says routing is off (RTE_DISABLED); a single-hop route up only
+// when the buffer lists an NI on the route's net as up
+// (avoid_asym_router_failure); a multi-hop one up.
+func (in *Instance) judgeRoutesLocked(gw *gateway, features uint32, nids []lnetwire.PingNI) {
+	gw.features = features
+	if features&lnetwire.PingFeatRteDisabled != 0 {
 		// "being used as a gateway but routing feature is not turned on"
 		for _, r := range gw.routes {
 			r.alive = false
@@ -134,7 +143,7 @@ func (in *Instance) gatewayPingedLocked(gw *gateway, res PingResult, err error) 
 	}
 	for _, r := range gw.routes {
 		single, up := false, false
-		for _, e := range res.NIDs {
+		for _, e := range nids {
 			if e.NID.Net() == r.net {
 				single = true
 				if e.Status == lnetwire.PingStatusUp {

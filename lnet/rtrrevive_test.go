@@ -121,3 +121,57 @@ func TestForwardedRevivesGateway(t *testing.T) {
 		}
 	}
 }
+
+// TestGatewayPushJudgesRoutes: a push from a gateway judges its routes
+// at once, as its ping reply would (lnet_peer_merge_data calls the router
+// callback for both): a single-hop route follows the status of the
+// gateway's NI on the route's net, RTE_DISABLED takes every route down.
+func TestGatewayPushJudgesRoutes(t *testing.T) {
+	a := lnetwire.MustParseNID("10.4.0.1@tcp")
+	r0, r1 := lnetwire.MustParseNID("10.4.0.2@tcp"), lnetwire.MustParseNID("10.4.1.2@tcp1")
+	g := DefaultGlobals()
+	g.LiveRouterCheckInterval = -1 // no pings: only the pushes decide
+	in, err := New(Config{LNDs: []lnd.LND{lndtest.New(lnetwire.SOCKLND).LND()}, Globals: g,
+		Nets: []NetConfig{{Net: a.Net(), Addr: a.Addr()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	tcp1, tcp7 := r1.Net(), lnetwire.MustParseNID("10.4.7.2@tcp7").Net()
+	for _, net := range []lnetwire.Net{tcp1, tcp7} {
+		if err := in.AddRoute(RouteConfig{Net: net, Gateway: r0, Hops: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seq := uint32(1)
+	push := func(features, tcp1Status uint32) {
+		seq++
+		info := lnetwire.PingInfo{Features: lnetwire.PingFeatBase | lnetwire.PingFeatNIStatus | lnetwire.PingFeatMultiRail | lnetwire.PingFeatDiscovery | features,
+			PID: 12345, NIs: []lnetwire.PingNI{{NID: lnetwire.NIDLo0, Status: seq}, {NID: r0, Status: lnetwire.PingStatusUp}, {NID: r1, Status: tcp1Status}}}
+		in.pushReceived(lnetwire.ProcessID{NID: r0, PID: 12345}, info.Append(nil), false)
+	}
+	alive := func() map[lnetwire.Net]bool {
+		m := map[lnetwire.Net]bool{}
+		for _, ri := range in.Routes() {
+			m[ri.Net] = ri.Alive
+		}
+		return m
+	}
+	for _, c := range []struct {
+		name         string
+		features     uint32
+		tcp1         uint32
+		want1, want7 bool
+	}{
+		{"tcp1 NI up", 0, lnetwire.PingStatusUp, true, false},
+		{"tcp1 NI down", 0, lnetwire.PingStatusDown, false, false},
+		{"tcp1 NI up again", 0, lnetwire.PingStatusUp, true, false},
+		{"routing disabled", lnetwire.PingFeatRteDisabled, lnetwire.PingStatusUp, false, false},
+		{"routing enabled", 0, lnetwire.PingStatusUp, true, false},
+	} {
+		push(c.features, c.tcp1)
+		if got := alive(); got[tcp1] != c.want1 || got[tcp7] != c.want7 {
+			t.Errorf("after a push with %s: route to tcp1 alive %v (want %v), to tcp7 %v (want %v)", c.name, got[tcp1], c.want1, got[tcp7], c.want7)
+		}
+	}
+}

@@ -86,3 +86,27 @@ func TestNonDefaultPort(t *testing.T) {
 	}
 	tsharktest.CheckNoMalformed(t, path, "-d", "udp.port==9999,infiniband")
 }
+
+// TestTCPResentOverlap: the frame a loaded CI run's capture had (a tail
+// loss probe's copy of the last segment) is a TCP resend, not a decoding
+// error; a conflicting overlap, or an overlap on a frame TCP does not
+// call resent, still is.
+func TestTCPResentOverlap(t *testing.T) {
+	const ciInfo = "[TCP Out-Of-Order] 1021 → 988 [ACK] Seq=976322 Ack=25 Win=64 Len=65483 TSval=2744029323 TSecr=2503831504" +
+		"[Reassembly error, protocol TCP: New fragment overlaps old data (retransmission?)]"
+	const overlap = "New fragment overlaps old data (retransmission?)"
+	for _, c := range []struct {
+		info, msg string
+		want      bool
+	}{
+		{ciInfo, overlap, true},
+		{"[TCP Retransmission] 988 → 1021 [PSH, ACK] Seq=1 Ack=1 Len=200", overlap, true},
+		{ciInfo, overlap + " and data is different", false},
+		{"988 → 1021 [PSH, ACK] Seq=1 Ack=1 Len=200", overlap, false},
+		{ciInfo, "Malformed Packet (Exception occurred)", false},
+	} {
+		if got := tsharktest.TCPResentOverlap(c.info, c.msg); got != c.want {
+			t.Errorf("TCPResentOverlap(%q, %q) = %v, want %v", c.info, c.msg, got, c.want)
+		}
+	}
+}

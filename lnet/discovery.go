@@ -816,14 +816,14 @@ func (in *Instance) pushReceived(from lnetwire.ProcessID, b []byte, truncated bo
 	// A gateway's push says what its ping reply would: its routes are
 	// judged on it at once (lnet_peer_merge_data calls the router
 	// callback for pushes as for replies).
-	fromSeen := false
+	// Judging is idempotent, so a gateway both among the peer's NIDs and
+	// the push's source may be judged twice.
 	lp.eachNI(func(p *peer) {
-		fromSeen = fromSeen || p.nid == from.NID
 		if gw := in.routes.gateways[p.nid]; gw != nil {
 			in.judgeRoutesLocked(gw, info.Features, nis)
 		}
 	})
-	if gw := in.routes.gateways[from.NID]; gw != nil && !fromSeen {
+	if gw := in.routes.gateways[from.NID]; gw != nil {
 		in.judgeRoutesLocked(gw, info.Features, nis)
 	}
 }

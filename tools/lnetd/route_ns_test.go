@@ -601,17 +601,7 @@ func TestE2ERoutePerf(t *testing.T) {
 	}
 	rx, tx, fb := spliced(r)
 	t.Logf("R spliced %d payloads in and %d out, %d fallbacks to copying", rx, tx, fb)
-	med := func(ss []sample, f func(sample) float64) float64 {
-		v := make([]float64, len(ss))
-		for i, s := range ss {
-			v[i] = f(s)
-		}
-		slices.Sort(v)
-		if len(v)%2 == 1 {
-			return v[len(v)/2]
-		}
-		return (v[len(v)/2-1] + v[len(v)/2]) / 2
-	}
+	med := medianOf[sample]
 	for _, read := range []bool{false, true} {
 		d, rt := samples[0][b2i(read)], samples[1][b2i(read)]
 		mibD, mibR := med(d, func(s sample) float64 { return s.mib }), med(rt, func(s sample) float64 { return s.mib })
@@ -628,13 +618,7 @@ func TestE2ERoutePerf(t *testing.T) {
 			cpuSplit(names[0], medCPU(d)), med(d, func(s sample) float64 { return s.cpuHost }),
 			cpuSplit(names[1], medCPU(rt)), med(rt, func(s sample) float64 { return s.cpuHost }), loadAvg())
 	}
-	medF := func(ss []floorSample, f func(floorSample) float64) float64 {
-		v := make([]sample, len(ss))
-		for i, s := range ss {
-			v[i] = sample{mib: f(s)}
-		}
-		return med(v, func(s sample) float64 { return s.mib })
-	}
+	medF := medianOf[floorSample]
 	fd, fr := floor[0], floor[1]
 	mibFD, mibFR := medF(fd, func(s floorSample) float64 { return s.mib }), medF(fr, func(s floorSample) float64 { return s.mib })
 	hostFD, hostFR := medF(fd, func(s floorSample) float64 { return s.host }), medF(fr, func(s floorSample) float64 { return s.host })
@@ -673,6 +657,19 @@ func cpusExcept(t *testing.T, cpu string) string {
 		t.Fatalf("SOFTIB_ROUTE_PERF_ROUTER_CPU=%d: not one of this process's CPUs, or no other CPU left", n)
 	}
 	return strings.Join(others, ",")
+}
+
+// medianOf is the median of f over ss.
+func medianOf[T any](ss []T, f func(T) float64) float64 {
+	v := make([]float64, len(ss))
+	for i, s := range ss {
+		v[i] = f(s)
+	}
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
 }
 
 // cpuSplit formats per-process CPU figures as BENCHMARKS.md's Routing

@@ -316,25 +316,13 @@ func overhead(ctx context.Context, t *testing.T, v *vm.VM) {
 	run := func(name, server, client string) float64 {
 		t.Helper()
 		script := fmt.Sprintf("%s >/tmp/bw.srv 2>&1 &\npid=$!\nwait_listen 18515 $pid\n%s\nrc=$?\nwait $pid\ncat /tmp/bw.srv >&2\nexit $rc\n", server, client)
-		var r vm.Result
-		var m []string
-		// C perftest estimates the CPU clock by linear regression and,
-		// under TCG, sometimes fails it ("Correlation coefficient r^2 <
-		// 0.9 ... Can't produce a report", exit 1) after a good transfer:
-		// that run measured nothing, and is made again (at most twice), as
-		// interop/suite does for the same perftest failure.
-		for try := 0; ; try++ {
-			var err error
-			r, err = v.Run(ctx, name, script, 3*time.Minute)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m = bw.FindStringSubmatch(r.Stdout)
-			if m != nil || try == 2 || !strings.Contains(r.Stdout+r.Stderr, "Correlation coefficient") {
-				break
-			}
-			t.Logf("%s: perftest's clock calibration failed in the guest (TCG), running it again", name)
+		// A run whose C perftest failed its clock calibration measured
+		// nothing, and is made again (vmtest.RetryPerftestClock).
+		r, err := vmtest.RetryPerftestClock(t, func() (vm.Result, error) { return v.Run(ctx, name, script, 3*time.Minute) })
+		if err != nil {
+			t.Fatal(err)
 		}
+		m := bw.FindStringSubmatch(r.Stdout)
 		if r.Code != 0 || m == nil {
 			t.Fatalf("%s: exit %d, no result row:\n%s%s", name, r.Code, r.Stdout, r.Stderr)
 		}

@@ -76,7 +76,7 @@ func TestInteropLinux(t *testing.T) {
 				rows, err := perftest.Run(ctx, dev, c)
 				r, werr := job.Wait(ctx)
 				t.Logf("guest rc %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
-				if calibrationFailed(r) {
+				if vmtest.PerftestClockFailed(r) {
 					return r, nil
 				}
 				if err != nil || len(rows) == 0 {
@@ -116,7 +116,7 @@ func TestInteropLinux(t *testing.T) {
 					stop()
 				}
 				s := <-done
-				if calibrationFailed(r) {
+				if vmtest.PerftestClockFailed(r) {
 					return r, nil
 				}
 				if s.err != nil {
@@ -173,7 +173,7 @@ func runTCPInterop(ctx context.Context, t *testing.T, v *vm.VM, dev verbs.Device
 				}
 				r, werr := job.Wait(ctx)
 				t.Logf("guest rc %d\n%s\n%s\nsoftib:\n%s", r.Code, r.Stdout, r.Stderr, out.String())
-				if calibrationFailed(r) {
+				if vmtest.PerftestClockFailed(r) {
 					return r, nil
 				}
 				if err != nil || len(rows) == 0 || rows[0].Iters == 0 {
@@ -211,7 +211,7 @@ func runTCPInterop(ctx context.Context, t *testing.T, v *vm.VM, dev verbs.Device
 					stop()
 				}
 				s := <-done
-				if calibrationFailed(r) {
+				if vmtest.PerftestClockFailed(r) {
 					return r, nil
 				}
 				if s.err != nil || len(s.rows) == 0 || s.rows[0].Iters == 0 {
@@ -262,28 +262,12 @@ func inNamespace(t *testing.T, ns string, f func()) {
 	}
 }
 
-// calibrationFailed reports whether a guest perftest run failed its clock
-// calibration, which it does now and then under TCG emulation ("Can't
-// produce a report" after a correlation coefficient below 0.9): a fault
-// of the guest's clock, not of the exchange.
-func calibrationFailed(r vm.Result) bool {
-	return r.Code != 0 && strings.Contains(r.Stdout+r.Stderr, "Can't produce a report")
-}
-
-// retryCalibration runs one interop case, again (up to twice) when the
-// guest's perftest failed its clock calibration, and fails the test if
-// the last run's guest side failed.
+// retryCalibration runs one interop case, again while the guest's
+// perftest fails its clock calibration (vmtest.RetryPerftestClock), and
+// fails the test if the last run's guest side failed.
 func retryCalibration(t *testing.T, run func() (vm.Result, error)) {
 	t.Helper()
-	for attempt := 1; ; attempt++ {
-		r, err := run()
-		if calibrationFailed(r) && attempt < 3 {
-			t.Logf("guest perftest clock calibration failed (TCG); running the case again (attempt %d)", attempt+1)
-			continue
-		}
-		if err != nil || r.Code != 0 {
-			t.Fatalf("guest side: %v rc %d", err, r.Code)
-		}
-		return
+	if r, err := vmtest.RetryPerftestClock(t, run); err != nil || r.Code != 0 {
+		t.Fatalf("guest side: %v rc %d", err, r.Code)
 	}
 }

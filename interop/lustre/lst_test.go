@@ -167,10 +167,24 @@ func kernelLst(t *testing.T, g *lustre.Guest, timeout time.Duration, cmds ...str
 func mustKernelLst(t *testing.T, g *lustre.Guest, cmds ...string) string {
 	t.Helper()
 	out, _ := kernelLst(t, g, 3*time.Minute, cmds...)
-	if strings.Contains(out, "### rc=") && regexp.MustCompile(`### rc=[1-9]`).MatchString(out) {
+	if lstFailed.MatchString(out) {
 		t.Fatalf("guest lst failed:\n%s", out)
 	}
 	return out
+}
+
+// lstFailed matches kernelLst's output when a command exited non-zero.
+var lstFailed = regexp.MustCompile(`### rc=[1-9]`)
+
+// noErrorNodes reports whether `lst show_error` output says "Total 0
+// error nodes" for every group.
+func noErrorNodes(out string, groups ...string) bool {
+	for _, gr := range groups {
+		if !strings.Contains(out, "Total 0 error nodes in "+gr+"\n") {
+			return false
+		}
+	}
+	return true
 }
 
 // showErrorsNone checks `lst show_error` output: every group reports
@@ -178,7 +192,7 @@ func mustKernelLst(t *testing.T, g *lustre.Guest, cmds ...string) string {
 func showErrorsNone(t *testing.T, out string, groups ...string) {
 	t.Helper()
 	for _, gr := range groups {
-		if !strings.Contains(out, "Total 0 error nodes in "+gr+"\n") {
+		if !noErrorNodes(out, gr) {
 			t.Errorf("lst show_error %s reports errors:\n%s", gr, out)
 		}
 	}
@@ -765,7 +779,7 @@ func TestInteropLstLnetdCrash(t *testing.T) {
 		// it (framework.c sfw_get_stats answers ESRCH for an unknown
 		// session; show_error counts a framework or RPC failure as an
 		// error node), whatever the kernel's brw RPCs have seen so far.
-		if strings.Contains(out, "Total 0 error nodes in kern\n") && strings.Contains(out, "Total 0 error nodes in soft\n") &&
+		if noErrorNodes(out, "kern", "soft") &&
 			!strings.Contains(out, "Failed to stat on") {
 			t.Errorf("%s: the kernel's lst reports no error after softib crashed mid-batch:\n%s", net, out)
 		}
@@ -795,9 +809,7 @@ func TestInteropLstLnetdCrash(t *testing.T) {
 		t.Logf("%s: new session after the restart (%v):\n%s", net, time.Since(start).Round(time.Second), out)
 		// --session: the session's brw and ping errors (the nodes' RPC
 		// error counters count since the module loaded, the crash too).
-		clean := !regexp.MustCompile(`### rc=[1-9]`).MatchString(end) &&
-			strings.Contains(end, "Total 0 error nodes in kern\n") && strings.Contains(end, "Total 0 error nodes in soft\n")
-		if !clean {
+		if lstFailed.MatchString(end) || !noErrorNodes(end, "kern", "soft") {
 			dk := kernelDebugLog(t, g)
 			if why := kernelRegFailure(dk, s); why != "" {
 				t.Logf("%s: the new session saw errors, and the kernel's own o2iblnd connection to softib failed on a local memory registration during it: %s\nkernel debug log:\n%s", net, why, dk)
